@@ -1,0 +1,54 @@
+"""conveyor: a drop-in replacement for ``torch.utils.data``.
+
+``import conveyor`` gives the same public names as ``torch.utils.data``; the submodules
+mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by path keep
+working after replacing ``torch.utils.data`` with ``conveyor``.
+"""
+
+from conveyor.collate import default_collate, default_convert
+from conveyor.dataloader import DataLoader
+from conveyor.dataset import (
+    ChainDataset,
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    StackDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
+from conveyor.distributed import DistributedSampler
+from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.sampler import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchSampler",
+    "ChainDataset",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "DistributedSampler",
+    "IterableDataset",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "StackDataset",
+    "Subset",
+    "SubsetRandomSampler",
+    "TensorDataset",
+    "WeightedRandomSampler",
+    "WorkerInfo",
+    "default_collate",
+    "default_convert",
+    "get_worker_info",
+    "random_split",
+]

@@ -1,0 +1,332 @@
+"""The DataLoader facade: validate torch's arguments, build a plan, run it on the engine."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterable
+from multiprocessing.context import BaseContext
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from conveyor.collate import default_collate, default_convert
+from conveyor.dataset import Dataset
+from conveyor.engine.base_iterator import LoaderIterator
+from conveyor.engine.multi_worker import MultiWorkerIterator
+from conveyor.engine.plan import LoadPlan, WorkerOptions
+from conveyor.engine.single_process import SingleProcessIterator
+from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from conveyor.torch_compat import is_iterable_style
+
+__all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+WORKER_TYPES = ("process", "thread")
+_FROZEN_AFTER_INIT = frozenset(
+    ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+)
+
+
+class _InfiniteConstantSampler(Sampler[None]):
+    """Yields ``None`` forever: iterable-style datasets ignore indices."""
+
+    def __iter__(self) -> Any:
+        while True:
+            yield None
+
+
+class DataLoader(Generic[T_co]):
+    """Same as `torch.utils.data.DataLoader`.
+
+    Differences (additions only):
+        worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
+            run as threads of this process: no start-up cost, no transfer, best for I/O
+            and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias.
+        A worker that dies raises at once with its id, pid and signal instead of hanging.
+    """
+
+    dataset: Dataset[T_co]
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    drop_last: bool
+    timeout: float
+    sampler: Sampler[Any] | Iterable[Any]
+    prefetch_factor: int | None
+
+    __initialized = False
+
+    def __init__(
+        self,
+        dataset: Dataset[T_co],
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[T_co]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: str | BaseContext | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        worker_type: str | None = None,
+        worker_method: str | None = None,
+    ) -> None:
+        _check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+        self.pin_memory = pin_memory
+        self.pin_memory_device = pin_memory_device
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.worker_type = _resolve_worker_type(worker_type, worker_method)
+        self.multiprocessing_context = multiprocessing_context
+        self.in_order = in_order
+
+        self._iterable_style = is_iterable_style(dataset)
+        shuffle = self._check_dataset_kind(dataset, shuffle, sampler, batch_sampler)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last"
+                )
+            batch_size = None
+            drop_last = False
+        elif batch_size is None and drop_last:
+            raise ValueError(
+                "batch_size=None option disables auto-batching and is mutually exclusive "
+                "with drop_last"
+            )
+        if sampler is None:
+            sampler = self._default_sampler(dataset, bool(shuffle), generator)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.generator = generator
+        if collate_fn is None:
+            collate_fn = default_collate if batch_sampler is not None else default_convert
+        self.collate_fn = collate_fn
+        self.persistent_workers = persistent_workers
+        self._IterableDataset_len_called: int | None = None
+        self._iterator: LoaderIterator | None = None
+        self.__initialized = True
+        self.check_worker_number_rationality()
+
+    # ------------------------------------------------------------ validation
+    def _check_dataset_kind(
+        self, dataset: Any, shuffle: bool | None, sampler: Any, batch_sampler: Any
+    ) -> bool | None:
+        if not self._iterable_style:
+            return bool(shuffle)
+        if shuffle not in (False, None):
+            raise ValueError(
+                "DataLoader with IterableDataset: expected unspecified shuffle option, "
+                f"but got shuffle={shuffle}"
+            )
+        if sampler is not None:
+            raise ValueError(
+                "DataLoader with IterableDataset: expected unspecified sampler option, "
+                f"but got sampler={sampler}"
+            )
+        if batch_sampler is not None:
+            raise ValueError(
+                "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
+                f"but got batch_sampler={batch_sampler}"
+            )
+        return shuffle
+
+    def _default_sampler(
+        self, dataset: Any, shuffle: bool, generator: torch.Generator | None
+    ) -> Sampler[Any]:
+        if self._iterable_style:
+            return _InfiniteConstantSampler()
+        if shuffle:
+            return RandomSampler(dataset, generator=generator)
+        return SequentialSampler(dataset)
+
+    @property
+    def multiprocessing_context(self) -> BaseContext | None:
+        return self.__multiprocessing_context
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, context: str | BaseContext | None) -> None:
+        if context is not None:
+            if self.num_workers == 0:
+                raise ValueError(
+                    "multiprocessing_context can only be used with multi-process loading "
+                    f"(num_workers > 0), but got num_workers={self.num_workers}"
+                )
+            if isinstance(context, str):
+                methods = multiprocessing.get_all_start_methods()
+                if context not in methods:
+                    raise ValueError(
+                        "multiprocessing_context option should specify a valid start method "
+                        f"in {methods!r}, but got multiprocessing_context={context!r}"
+                    )
+                context = multiprocessing.get_context(context)
+            if not isinstance(context, BaseContext):
+                raise TypeError(
+                    "multiprocessing_context option should be a valid context object or a "
+                    f"string specifying the start method, but got "
+                    f"multiprocessing_context={context}"
+                )
+        self.__multiprocessing_context = context
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__initialized and name in _FROZEN_AFTER_INIT:
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is initialized"
+            )
+        super().__setattr__(name, value)
+
+    def check_worker_number_rationality(self) -> None:
+        """Warn, as torch does, when more worker processes are asked for than CPUs usable."""
+        if self.num_workers == 0 or self.worker_type == "thread":
+            return
+        try:
+            suggested: int | None = len(os.sched_getaffinity(0))
+        except AttributeError:
+            suggested = os.cpu_count()
+        if suggested is not None and self.num_workers <= suggested:
+            return
+        detail = (
+            f"Our suggested max number of worker in current system is {suggested}, which is "
+            "smaller than what this DataLoader is going to create."
+            if suggested is not None
+            else "DataLoader is not able to compute a suggested max number of worker."
+        )
+        warnings.warn(
+            f"This DataLoader will create {self.num_workers} worker processes in total. "
+            f"{detail} Please be aware that excessive worker creation might get DataLoader "
+            "running slow or even freeze, lower the worker number to avoid potential "
+            "slowness/freeze if necessary.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    # ------------------------------------------------------------- iteration
+    @property
+    def _auto_collation(self) -> bool:
+        return self.batch_sampler is not None
+
+    @property
+    def _index_sampler(self) -> Iterable[Any]:
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def _plan(self) -> LoadPlan:
+        workers = None
+        if self.num_workers > 0:
+            assert self.prefetch_factor is not None
+            workers = WorkerOptions(
+                num_workers=self.num_workers,
+                prefetch_factor=self.prefetch_factor,
+                worker_type=self.worker_type,
+                multiprocessing_context=self.multiprocessing_context,
+                worker_init_fn=self.worker_init_fn,
+                persistent_workers=self.persistent_workers,
+                timeout_s=float(self.timeout),
+                in_order=self.in_order,
+            )
+        return LoadPlan(
+            dataset=self.dataset,
+            iterable_style=self._iterable_style,
+            auto_collation=self._auto_collation,
+            collate_fn=self.collate_fn,
+            drop_last=self.drop_last,
+            index_sampler=self._index_sampler,
+            generator=self.generator,
+            pin_memory=self.pin_memory,
+            pin_memory_device=self.pin_memory_device,
+            workers=workers,
+        )
+
+    def _get_iterator(self) -> LoaderIterator:
+        ref = weakref.ref(self)
+
+        def len_hint() -> int | None:
+            loader = ref()
+            return None if loader is None else loader._IterableDataset_len_called
+
+        plan = self._plan()
+        if plan.workers is None:
+            return SingleProcessIterator(plan, len_hint)
+        self.check_worker_number_rationality()
+        return MultiWorkerIterator(plan, len_hint)
+
+    def __iter__(self) -> LoaderIterator:
+        if not (self.persistent_workers and self.num_workers > 0):
+            return self._get_iterator()
+        iterator = self._iterator
+        if isinstance(iterator, MultiWorkerIterator):
+            iterator.reset()
+            return iterator
+        self._iterator = self._get_iterator()
+        return self._iterator
+
+    def __len__(self) -> int:
+        if not self._iterable_style:
+            return len(self._index_sampler)  # type: ignore[arg-type]
+        length = len(self.dataset)  # type: ignore[arg-type]
+        self._IterableDataset_len_called = length
+        if self.batch_size is not None:
+            if self.drop_last:
+                return length // self.batch_size
+            return math.ceil(length / self.batch_size)
+        return length
+
+
+def _check_worker_args(
+    num_workers: int, timeout: float, prefetch_factor: int | None, persistent_workers: bool
+) -> None:
+    if num_workers < 0:
+        raise ValueError(
+            "num_workers option should be non-negative; use num_workers=0 to disable "
+            "multiprocessing."
+        )
+    if timeout < 0:
+        raise ValueError("timeout option should be non-negative")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            "prefetch_factor option could only be specified in multiprocessing. Let "
+            "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+        )
+    if prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError("prefetch_factor option should be non-negative")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0")
+
+
+def _resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:
+    if worker_type is not None and worker_method is not None and worker_type != worker_method:
+        raise ValueError(
+            f"worker_type={worker_type!r} and its alias worker_method={worker_method!r} "
+            "disagree; pass only worker_type"
+        )
+    chosen = worker_type or worker_method or "process"
+    if chosen not in WORKER_TYPES:
+        raise ValueError(f"worker_type should be one of {WORKER_TYPES}, but got {chosen!r}")
+    return chosen
+

@@ -1,0 +1,73 @@
+"""What single- and multi-worker iterators share: counting, the IterableDataset len check."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from conveyor.engine.plan import LoadPlan
+from conveyor.engine.seeding import draw_base_seed
+from conveyor.transport.pinning import pin_memory, pin_memory_available
+
+
+class LoaderIterator:
+    """Iterator over one epoch (persistent workers: over every epoch, see ``reset``).
+
+    Subclasses implement ``_next_data``. ``len_hint`` is the length the user saw from
+    ``len(loader)`` on an IterableDataset; exceeding it warns, as torch does.
+    """
+
+    def __init__(self, plan: LoadPlan, len_hint: Callable[[], int | None]):
+        self._plan = plan
+        self._len_hint = len_hint
+        self._num_yielded = 0
+        self._sampler_iter = iter(plan.index_sampler)
+        # torch draws this even without workers; drawing it here keeps the generator's
+        # stream, and so every shuffle, identical to torch's.
+        self._base_seed = draw_base_seed(plan.generator)
+        self._pin: Callable[[Any], Any] | None = None
+        if plan.pin_memory and pin_memory_available(plan.pin_memory_device):
+            device = plan.pin_memory_device or None
+            self._pin = lambda data: pin_memory(data, device)
+
+    def __iter__(self) -> LoaderIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._plan.index_sampler)  # type: ignore[arg-type]
+
+    def __getstate__(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} cannot be pickled")
+
+    def _next_data(self) -> Any:
+        raise NotImplementedError
+
+    def __next__(self) -> Any:
+        data = self._next_data()
+        self._num_yielded += 1
+        if self._plan.iterable_style:
+            self._check_len_hint()
+        return data
+
+    def _check_len_hint(self) -> None:
+        hint = self._len_hint()
+        if hint is not None and self._num_yielded > hint:
+            msg = (
+                f"Length of IterableDataset {self._plan.dataset} was reported to be {hint} "
+                f"(when accessing len(dataloader)), but {self._num_yielded} samples have been "
+                "fetched. "
+            )
+            if self._plan.workers is not None:
+                msg += (
+                    "For multiprocessing data-loading, this could be caused by not properly "
+                    "configuring the IterableDataset replica at each worker: split the stream "
+                    "with conveyor.get_worker_info() in __iter__."
+                )
+            warnings.warn(msg, UserWarning, stacklevel=3)
+
+    def _reset(self) -> None:
+        """Start a new epoch on the same iterator (persistent workers)."""
+        self._sampler_iter = iter(self._plan.index_sampler)
+        self._num_yielded = 0
+

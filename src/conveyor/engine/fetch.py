@@ -1,0 +1,90 @@
+"""Turn one index (or one batch of indices) into one collated result.
+
+Used unchanged by the main process (``num_workers=0``) and by every worker, so both
+paths produce identical batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+
+class Fetcher(Protocol):
+    """Fetches what one task asks for; raises StopIteration when a stream is exhausted."""
+
+    def fetch(self, request: Any) -> Any: ...
+
+
+class MapFetcher:
+    """Map-style: ``request`` is an index, or a list of indices when auto-collating."""
+
+    def __init__(self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any]):
+        self._dataset = dataset
+        self._auto_collation = auto_collation
+        self._collate_fn = collate_fn
+        self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
+
+    def fetch(self, request: Any) -> Any:
+        if not self._auto_collation:
+            return self._collate_fn(self._dataset[request])
+        if self._getitems is not None:
+            return self._collate_fn(self._getitems(request))
+        dataset = self._dataset
+        return self._collate_fn([dataset[i] for i in request])
+
+
+class IterableFetcher:
+    """Iterable-style: the request only says how many samples to take (its length).
+
+    The dataset iterator is created on first use, so a worker's ``__iter__`` runs after
+    its ``worker_init_fn``. A final partial batch is returned unless ``drop_last``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        auto_collation: bool,
+        collate_fn: Callable[[Any], Any],
+        drop_last: bool,
+    ):
+        self._dataset = dataset
+        self._auto_collation = auto_collation
+        self._collate_fn = collate_fn
+        self._drop_last = drop_last
+        self._iterator: Iterator[Any] | None = None
+        self.ended = False
+
+    def fetch(self, request: Any) -> Any:
+        if self.ended:
+            raise StopIteration
+        if self._iterator is None:
+            self._iterator = iter(self._dataset)
+        if not self._auto_collation:
+            try:
+                return self._collate_fn(next(self._iterator))
+            except StopIteration:
+                self.ended = True
+                raise
+        samples = []
+        for sample in self._iterator:
+            samples.append(sample)
+            if len(samples) == len(request):
+                break
+        else:
+            self.ended = True
+            if not samples or (self._drop_last and len(samples) < len(request)):
+                raise StopIteration
+        return self._collate_fn(samples)
+
+
+def make_fetcher(
+    iterable_style: bool,
+    dataset: Any,
+    auto_collation: bool,
+    collate_fn: Callable[[Any], Any],
+    drop_last: bool,
+) -> MapFetcher | IterableFetcher:
+    if iterable_style:
+        return IterableFetcher(dataset, auto_collation, collate_fn, drop_last)
+    return MapFetcher(dataset, auto_collation, collate_fn)

@@ -1,0 +1,19 @@
+"""The small vocabulary spoken between the main process and its workers.
+
+Messages are plain tuples (cheap to pickle); these constants name their fields.
+To a worker: ``(TASK, task_id, request)``, ``(RESUME, shared_seed)`` or ``None`` (stop).
+From a worker: ``(task_id, status, payload)``.
+"""
+
+from __future__ import annotations
+
+TASK = 0
+RESUME = 1
+
+OK = 0  # payload: the fetched (collated) data
+ERROR = 1  # payload: RemoteError from the dataset/collate code
+END = 2  # the worker's iterable-style stream is exhausted; payload None
+RESUMED = 3  # acknowledges RESUME; payload None
+INIT_ERROR = 4  # worker set-up (unpickling, worker_init_fn) failed; payload RemoteError
+
+NO_TASK = -1  # task id of messages that answer no task

@@ -1,0 +1,207 @@
+"""Loading with worker processes or threads: dispatch, reorder, end-of-stream, reset.
+
+Tasks go round-robin to live workers, at most ``prefetch_factor * num_workers`` at a
+time. Results come back through the pool and leave through a result buffer (in
+sampler order, or ready-first). See docs/design/shutdown.md for how workers end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections.abc import Callable
+from typing import Any
+
+from conveyor.engine import messages as msg
+from conveyor.engine.base_iterator import LoaderIterator
+from conveyor.engine.plan import LoadPlan, WorkerOptions
+from conveyor.engine.pool import WorkerDiedError, WorkerPool
+from conveyor.engine.process_pool import ProcessPool
+from conveyor.engine.remote_error import RemoteError
+from conveyor.engine.reorder import EMPTY, make_buffer
+from conveyor.engine.thread_pool import ThreadPool
+from conveyor.engine.worker_loop import WorkerSetup
+
+
+def _make_pool(setup: WorkerSetup, options: WorkerOptions) -> WorkerPool:
+    if options.worker_type == "thread":
+        return ThreadPool(setup, options.num_workers)
+    context = options.multiprocessing_context or multiprocessing.get_context()
+    return ProcessPool(setup, options.num_workers, context)
+
+
+class MultiWorkerIterator(LoaderIterator):
+    """One epoch of multi-worker loading; with persistent workers, every epoch."""
+
+    def __init__(
+        self,
+        plan: LoadPlan,
+        len_hint: Callable[[], int | None],
+        shared_seed: int | None = None,
+    ):
+        super().__init__(plan, len_hint)
+        assert plan.workers is not None
+        self._options = plan.workers
+        self._setup = WorkerSetup(
+            dataset=plan.dataset,
+            iterable_style=plan.iterable_style,
+            auto_collation=plan.auto_collation,
+            collate_fn=plan.collate_fn,
+            drop_last=plan.drop_last,
+            base_seed=self._base_seed,
+            num_workers=self._options.num_workers,
+            worker_init_fn=self._options.worker_init_fn,
+            worker_type=self._options.worker_type,
+            graph_hook=plan.graph_hook,
+            shared_seed=shared_seed,
+        )
+        self._pool: WorkerPool | None = None
+        self._next_task_id = 0
+        self._start_epoch(first=True)
+
+    # ----------------------------------------------------------------- epochs
+    def _start_epoch(self, first: bool, shared_seed: int | None = None) -> None:
+        num_workers = self._options.num_workers
+        self._buffer = make_buffer(self._options.in_order)
+        self._owner: dict[int, int] = {}  # outstanding task id -> worker id
+        self._active = [True] * num_workers
+        self._worker_cycle = itertools.cycle(range(num_workers))
+        self._sampler_done = False
+        if self._pool is None:
+            self._pool = _make_pool(self._setup, self._options)
+        elif not first:
+            self._resume_workers(shared_seed)
+        self._fill()
+
+    def _resume_workers(self, shared_seed: int | None) -> None:
+        """Tell persistent workers a new epoch starts; drop whatever the last one left."""
+        pool = self._require_pool()
+        for worker_id in range(self._options.num_workers):
+            pool.send(worker_id, (msg.RESUME, shared_seed))
+        waiting = self._options.num_workers
+        while waiting:
+            for _, (_, status, payload) in pool.receive(None):
+                if status == msg.RESUMED:
+                    waiting -= 1
+                elif status == msg.INIT_ERROR:
+                    payload.reraise()
+
+    def reset(self, shared_seed: int | None = None) -> None:
+        """Start the next epoch on the same workers (``persistent_workers=True``)."""
+        self._reset()
+        try:
+            self._start_epoch(first=False, shared_seed=shared_seed)
+        except BaseException:
+            self.close()
+            raise
+
+    # --------------------------------------------------------------- dispatch
+    def _fill(self) -> None:
+        # prefetch_factor=0 would dispatch nothing and hang (it does in torch): keep one task.
+        limit = max(1, self._options.prefetch_factor * self._options.num_workers)
+        while len(self._owner) < limit and self._dispatch_one():
+            pass
+
+    def _dispatch_one(self) -> bool:
+        if self._sampler_done:
+            return False
+        worker_id = self._next_active_worker()
+        if worker_id is None:
+            return False
+        try:
+            request = next(self._sampler_iter)
+        except StopIteration:
+            self._sampler_done = True
+            return False
+        task_id = self._next_task_id
+        self._next_task_id += 1
+        self._require_pool().send(worker_id, (msg.TASK, task_id, request))
+        self._owner[task_id] = worker_id
+        self._buffer.expect(task_id)
+        return True
+
+    def _next_active_worker(self) -> int | None:
+        for _ in range(self._options.num_workers):
+            worker_id = next(self._worker_cycle)
+            if self._active[worker_id]:
+                return worker_id
+        return None
+
+    # ---------------------------------------------------------------- results
+    def _next_data(self) -> Any:
+        try:
+            return self._take_next()
+        except (KeyboardInterrupt, WorkerDiedError):
+            self.close()
+            raise
+
+    def _take_next(self) -> Any:
+        while True:
+            result = self._buffer.pop()
+            if result is not EMPTY:
+                self._fill()
+                return self._unwrap(result)
+            if len(self._buffer) == 0 and not self._fill_possible():
+                if not self._options.persistent_workers:
+                    self.close()
+                raise StopIteration
+            self._collect()
+
+    def _fill_possible(self) -> bool:
+        self._fill()
+        return len(self._buffer) > 0
+
+    def _collect(self) -> None:
+        timeout = self._options.timeout_s or None
+        ready = self._require_pool().receive(timeout)
+        if not ready and timeout is not None:
+            raise RuntimeError(f"DataLoader timed out after {self._options.timeout_s} seconds")
+        for worker_id, (task_id, status, payload) in ready:
+            self._handle(worker_id, task_id, status, payload)
+
+    def _handle(self, worker_id: int, task_id: int, status: int, payload: Any) -> None:
+        if status == msg.INIT_ERROR:
+            self.close()
+            payload.reraise()
+        if task_id not in self._owner:
+            return  # a late answer to a task of an abandoned epoch
+        del self._owner[task_id]
+        if status == msg.END:
+            self._retire(worker_id, task_id)
+            return
+        self._buffer.put(task_id, (status, payload))
+
+    def _retire(self, worker_id: int, end_task_id: int) -> None:
+        """The worker's stream is exhausted: forget its queued tasks, stop sending it more."""
+        self._active[worker_id] = False
+        orphans = [t for t, w in self._owner.items() if w == worker_id]
+        for task_id in orphans:
+            del self._owner[task_id]
+        self._buffer.forget([end_task_id, *orphans])
+        if not self._options.persistent_workers:
+            self._require_pool().retire(worker_id)
+
+    def _unwrap(self, result: tuple[int, Any]) -> Any:
+        status, payload = result
+        if status == msg.ERROR:
+            assert isinstance(payload, RemoteError)
+            payload.reraise()
+        if self._pin is not None:
+            payload = self._pin(payload)
+        return payload
+
+    # --------------------------------------------------------------- shutdown
+    def _require_pool(self) -> WorkerPool:
+        if self._pool is None:
+            raise RuntimeError("the DataLoader's workers were shut down; start a new epoch")
+        return self._pool
+
+    def close(self) -> None:
+        """End every worker now. Idempotent; also run on garbage collection."""
+        pool = getattr(self, "_pool", None)
+        self._pool = None
+        if pool is not None:
+            pool.close()
+
+    def __del__(self) -> None:
+        self.close()

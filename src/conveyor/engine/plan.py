@@ -1,0 +1,42 @@
+"""What one epoch of loading needs, decided once by the facade and handed to the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How workers run; fixed for the life of a loader (persistent workers are reused)."""
+
+    num_workers: int
+    prefetch_factor: int
+    worker_type: str  # "process" or "thread"
+    multiprocessing_context: Any  # a multiprocessing context; None means the default
+    worker_init_fn: Callable[[int], None] | None
+    persistent_workers: bool
+    timeout_s: float
+    in_order: bool
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The recipe of one loader: dataset, how to index it and how to collate."""
+
+    dataset: Any
+    iterable_style: bool
+    auto_collation: bool
+    collate_fn: Callable[[Any], Any]
+    drop_last: bool
+    index_sampler: Iterable[Any]
+    generator: torch.Generator | None
+    pin_memory: bool
+    pin_memory_device: str
+    workers: WorkerOptions | None  # None: load in the calling thread
+    # Per-worker graph preparation (DataPipes: sharding, seeding): (dataset, worker_id,
+    # num_workers, shared_seed) -> dataset.
+    graph_hook: Callable[[Any, int, int, int | None], Any] | None = None

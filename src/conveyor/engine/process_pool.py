@@ -1,0 +1,183 @@
+"""Worker processes: one task pipe and one result pipe per worker.
+
+The main process waits on every result pipe *and* every process sentinel at once
+(`multiprocessing.connection.wait`), so a worker that dies is noticed the moment it
+dies rather than after a polling interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import time
+from multiprocessing import connection
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from conveyor.engine.pool import WorkerDiedError
+from conveyor.engine.worker_loop import WorkerSetup, run_worker
+
+# How often an idle worker checks that the main process is still alive.
+PARENT_CHECK_INTERVAL_S = 0.5
+# A busy worker gets this long to notice the stop message before it is terminated.
+JOIN_TIMEOUT_S = 1.0
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "is not responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+def process_worker_main(
+    worker_id: int,
+    setup: WorkerSetup | bytes,
+    inbox: connection.Connection,
+    outbox: connection.Connection,
+    parent_pid: int,
+) -> None:
+    """Entry point of a worker process (module level so that spawn can import it)."""
+    import torch
+
+    # Ctrl-C goes to the whole process group; the main process decides what to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    if isinstance(setup, bytes):
+        setup = pickle.loads(setup)
+        assert isinstance(setup, WorkerSetup)
+
+    def receive() -> Any:
+        while True:
+            if inbox.poll(PARENT_CHECK_INTERVAL_S):
+                try:
+                    return inbox.recv()
+                except (EOFError, OSError):
+                    return None
+            if os.getppid() != parent_pid:
+                return None
+
+    def send(message: Any) -> None:
+        outbox.send(message)
+
+    with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+        run_worker(setup, worker_id, receive, send)
+
+
+class ProcessPool:
+    """Owns the worker processes and their pipes; `close()` ends them all."""
+
+    def __init__(self, setup: WorkerSetup, num_workers: int, context: BaseContext):
+        self._num_workers = num_workers
+        self._inboxes: list[connection.Connection] = []
+        self._outboxes: list[connection.Connection] = []
+        self._processes: list[Any] = []
+        self._alive = [True] * num_workers
+        self._closed = False
+        # Under fork the setup is inherited as is; otherwise pickle it once for all workers.
+        payload: WorkerSetup | bytes = setup
+        if context.get_start_method() != "fork":
+            payload = pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            for worker_id in range(num_workers):
+                self._start_one(worker_id, payload, context)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_one(self, worker_id: int, payload: WorkerSetup | bytes, ctx: BaseContext) -> None:
+        task_reader, task_writer = ctx.Pipe(duplex=False)
+        result_reader, result_writer = ctx.Pipe(duplex=False)
+        process = ctx.Process(  # type: ignore[attr-defined]
+            target=process_worker_main,
+            args=(worker_id, payload, task_reader, result_writer, os.getpid()),
+            name=f"conveyor-worker-{worker_id}",
+            daemon=True,
+        )
+        self._inboxes.append(task_writer)
+        self._outboxes.append(result_reader)
+        self._processes.append(process)
+        process.start()
+        task_reader.close()
+        result_writer.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes]
+
+    def send(self, worker_id: int, message: Any) -> None:
+        try:
+            self._inboxes[worker_id].send(message)
+        except (BrokenPipeError, OSError):
+            self._raise_if_dead(worker_id)
+            raise
+
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
+        """Results that are ready (waiting up to ``timeout_s``); raises if a worker died."""
+        live = [i for i in range(self._num_workers) if self._alive[i]]
+        waitables: list[Any] = [self._outboxes[i] for i in live]
+        waitables += [self._processes[i].sentinel for i in live]
+        ready = set(connection.wait(waitables, timeout_s))
+        results: list[tuple[int, Any]] = []
+        for i in live:
+            outbox = self._outboxes[i]
+            if outbox in ready:
+                try:
+                    results.append((i, outbox.recv()))
+                    continue
+                except (EOFError, OSError):
+                    self._raise_if_dead(i, wait_s=JOIN_TIMEOUT_S)
+            if self._processes[i].sentinel in ready:
+                self._raise_if_dead(i, wait_s=0.0)
+        return results
+
+    def retire(self, worker_id: int) -> None:
+        """Stop one worker whose stream ended (non-persistent loaders free it early)."""
+        if self._alive[worker_id]:
+            self._alive[worker_id] = False
+            with contextlib.suppress(OSError):
+                self._inboxes[worker_id].send(None)
+
+    def _raise_if_dead(self, worker_id: int, wait_s: float = 1.0) -> None:
+        process = self._processes[worker_id]
+        process.join(timeout=wait_s)
+        if process.exitcode is None:
+            return
+        self._alive[worker_id] = False
+        raise WorkerDiedError(
+            f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
+            f"it {_describe_exit(process.exitcode)}. If it was killed for memory (signal 9), "
+            "lower batch_size or num_workers; a segfault (signal 11) points at a native "
+            "library in the dataset code."
+        )
+
+    def close(self) -> None:
+        """Stop every worker: ask politely, then terminate, then kill. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for inbox in self._inboxes:
+            with contextlib.suppress(OSError):
+                inbox.send(None)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for process in self._processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self._processes:
+            if process.exitcode is None:
+                process.terminate()
+        for process in self._processes:
+            process.join(timeout=JOIN_TIMEOUT_S)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        for conn in self._inboxes + self._outboxes:
+            conn.close()
+        for process in self._processes:
+            process.close()

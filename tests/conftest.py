@@ -1,0 +1,88 @@
+"""Leak guard: every test must leave no child process, thread, /dev/shm entry or fd behind."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+SHM_DIR = "/dev/shm"
+# Threads that the interpreter or libraries start once per process and keep on purpose.
+_LONG_LIVED_THREAD_PREFIXES = ("pydevd", "Thread-resource_sharer", "QueueFeederThread")
+GRACE_S = 5.0
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except FileNotFoundError:
+        return set()
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if not t.name.startswith(_LONG_LIVED_THREAD_PREFIXES)}
+
+
+def _fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _process_wide_helpers() -> None:
+    """multiprocessing starts one resource tracker and one fork server per process, for good.
+
+    Start them before any test so the leak guard counts them as the baseline.
+    """
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    forkserver.ensure_running()
+
+
+@pytest.fixture(autouse=True)
+def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("allow_leaks"):
+        yield
+        return
+    me = psutil.Process()
+    children_before = {p.pid for p in me.children(recursive=True)}
+    threads_before = _threads()
+    shm_before = _shm_entries()
+    fds_before = _fds()
+    yield
+    if _fds() - fds_before or _threads() - threads_before:
+        gc.collect()  # unreachable iterators close their workers when collected
+    new_children = [p for p in me.children(recursive=True) if p.pid not in children_before]
+    _, alive = psutil.wait_procs(new_children, timeout=GRACE_S)
+    for thread in _threads() - threads_before:
+        thread.join(timeout=GRACE_S)
+    leaked_threads = [t.name for t in _threads() - threads_before if t.is_alive()]
+    leaked_shm = sorted(_shm_entries() - shm_before)
+    leaked_fds = sorted(_fds() - fds_before)
+    for proc in alive:
+        proc.kill()
+    problems = []
+    if alive:
+        problems.append(f"child processes still running: {[p.pid for p in alive]}")
+    if leaked_threads:
+        problems.append(f"threads still running: {leaked_threads}")
+    if leaked_shm:
+        problems.append(f"/dev/shm entries left: {leaked_shm}")
+    if leaked_fds:
+        targets = []
+        for fd in leaked_fds:
+            try:
+                targets.append(f"{fd}->{os.readlink(f'/proc/self/fd/{fd}')}")
+            except OSError:
+                targets.append(str(fd))
+        problems.append(f"file descriptors left open: {targets}")
+    if problems:
+        pytest.fail("leak guard: " + "; ".join(problems))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "allow_leaks: skip the leak guard (document why)")

@@ -1,0 +1,167 @@
+"""Datasets shared by tests. Module level, so spawn/forkserver workers can import them."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class Range:
+    """Map-style without subclassing any Dataset class (duck typing, as torch allows)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return i
+
+
+class RandomDraws:
+    """Each sample records what the worker's global RNGs produce: checks seeding parity."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, float, float, float]:
+        return i, random.random(), float(torch.rand(())), float(np.random.rand())
+
+
+class WorkerStamp:
+    """Each sample says which worker made it and what get_worker_info() reported."""
+
+    def __init__(self, n: int, get_worker_info: Any):
+        self.n = n
+        self.get_worker_info = get_worker_info
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        info = self.get_worker_info()
+        return {
+            "index": i,
+            "worker": -1 if info is None else info.id,
+            "num_workers": 0 if info is None else info.num_workers,
+            "seed": 0 if info is None else info.seed,
+            "pid": os.getpid(),
+        }
+
+
+class FailAt:
+    """Raises ``exc_type`` for one index."""
+
+    def __init__(self, n: int, bad: int, exc_type: type[Exception] = ValueError):
+        self.n = n
+        self.bad = bad
+        self.exc_type = exc_type
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            raise self.exc_type(f"bad sample {i}")
+        return i
+
+
+class DieAt:
+    """The worker that fetches index ``bad`` ends itself: by signal, or with os._exit."""
+
+    def __init__(self, n: int, bad: int, how: str):
+        self.n = n
+        self.bad = bad
+        self.how = how
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            if self.how == "exit":
+                os._exit(7)
+            os.kill(os.getpid(), getattr(signal, self.how))
+        return i
+
+
+class BlockAt:
+    """Fetching index ``bad`` blocks until the event is set (or forever for processes)."""
+
+    def __init__(self, n: int, bad: int, event: threading.Event | None = None):
+        self.n = n
+        self.bad = bad
+        self.event = event
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            if self.event is not None:
+                self.event.wait(30)
+            else:
+                time.sleep(3600)
+        return i
+
+
+class ShardedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Iterable-style stream of range(start, end), split between workers like torch's docs.
+
+    Subclasses torch's IterableDataset and reads torch's get_worker_info() by default:
+    conveyor must recognise both, as users switching imports keep such datasets. Thread
+    workers are seen only by conveyor's get_worker_info (torch's is process-global).
+    """
+
+    def __init__(self, start: int, end: int, uneven: bool = False, get_worker_info: Any = None):
+        self.start = start
+        self.end = end
+        self.uneven = uneven
+        self.get_worker_info = get_worker_info or torch.utils.data.get_worker_info
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def __iter__(self) -> Any:
+        info = self.get_worker_info()
+        if info is None:
+            return iter(range(self.start, self.end))
+        if self.uneven:
+            # Worker w gets every item with item % num_workers == w: unequal lengths.
+            return iter(range(self.start + info.id, self.end, info.num_workers))
+        per = -(-(self.end - self.start) // info.num_workers)
+        lo = self.start + info.id * per
+        return iter(range(lo, min(lo + per, self.end)))
+
+
+class Unsharded(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Every worker yields the whole range: the classic duplication bug, on purpose."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        return iter(range(self.n))
+
+
+class WithGetitems(Range):
+    """Batched fetch through __getitems__; records that it was used."""
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[str, int]]:
+        return [("batched", i) for i in indices]
