@@ -329,4 +329,3 @@ def _resolve_worker_type(worker_type: str | None, worker_method: str | None) -> 
     if chosen not in WORKER_TYPES:
         raise ValueError(f"worker_type should be one of {WORKER_TYPES}, but got {chosen!r}")
     return chosen
-

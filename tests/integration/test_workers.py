@@ -9,6 +9,10 @@ from typing import Any
 import psutil
 import pytest
 import torch
+
+import conveyor
+from conveyor import DataLoader
+
 from sample_datasets import (
     BlockAt,
     DieAt,
@@ -18,9 +22,6 @@ from sample_datasets import (
     Unsharded,
     WorkerStamp,
 )
-
-import conveyor
-from conveyor import DataLoader
 
 KINDS = ["process", "thread"]
 
@@ -123,7 +124,9 @@ def test_worker_init_fn_runs_first(worker_type: str) -> None:
 def test_worker_exception_reraised_with_type_and_traceback(
     worker_type: str, exc_type: type[Exception]
 ) -> None:
-    loader = DataLoader(FailAt(10, bad=5, exc_type=exc_type), batch_size=2, num_workers=2, worker_type=worker_type)
+    loader = DataLoader(
+        FailAt(10, bad=5, exc_type=exc_type), batch_size=2, num_workers=2, worker_type=worker_type
+    )
     it = iter(loader)
     assert _flat([next(it), next(it)]) == [0, 1, 2, 3]
     with pytest.raises(exc_type) as info:
@@ -152,7 +155,9 @@ def test_worker_init_fn_error_is_raised(worker_type: str) -> None:
 def test_dead_worker_raises_promptly(how: str) -> None:
     loader = DataLoader(DieAt(20, bad=6, how=how), batch_size=2, num_workers=2)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"DataLoader worker 1 \(pid \d+\) exited unexpectedly") as info:
+    with pytest.raises(
+        RuntimeError, match=r"DataLoader worker 1 \(pid \d+\) exited unexpectedly"
+    ) as info:
         list(loader)
     assert time.monotonic() - start < 5
     expected = {"SIGKILL": "signal 9 (SIGKILL)", "SIGSEGV": "signal 11 (SIGSEGV)", "exit": "code 7"}
@@ -232,7 +237,9 @@ def test_early_break_many_times_leaves_nothing(worker_type: str) -> None:
     me = psutil.Process()
     fds = me.num_fds()
     for _ in range(20):
-        for i, _batch in enumerate(DataLoader(Range(100), batch_size=2, num_workers=2, worker_type=worker_type)):
+        for i, _batch in enumerate(
+            DataLoader(Range(100), batch_size=2, num_workers=2, worker_type=worker_type)
+        ):
             if i == 3:
                 break
     assert me.num_fds() <= fds + 2

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 import torch.utils.data as tud
-from sample_datasets import RandomDraws, Range, ShardedStream, WithGetitems
 
 import conveyor
+
+from sample_datasets import RandomDraws, Range, ShardedStream, WithGetitems
 
 
 def _plain(x: Any) -> Any:

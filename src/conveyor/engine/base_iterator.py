@@ -70,4 +70,3 @@ class LoaderIterator:
         """Start a new epoch on the same iterator (persistent workers)."""
         self._sampler_iter = iter(self._plan.index_sampler)
         self._num_yielded = 0
-
