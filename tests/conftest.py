@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import threading
 from collections.abc import Iterator
 
@@ -16,11 +17,23 @@ _LONG_LIVED_THREAD_PREFIXES = ("pydevd", "Thread-resource_sharer", "QueueFeederT
 GRACE_S = 5.0
 
 
+_SHM_PID = re.compile(r"(?:torch_|conveyor-)(\d+)")
+
+
 def _shm_entries() -> set[str]:
     try:
         return set(os.listdir(SHM_DIR))
     except FileNotFoundError:
         return set()
+
+
+def _ours(entry: str, tree: set[int]) -> bool:
+    """Entries named after a live process outside our tree belong to someone else's run."""
+    match = _SHM_PID.search(entry)
+    if match is None:
+        return True
+    pid = int(match.group(1))
+    return pid in tree or not psutil.pid_exists(pid)
 
 
 def _threads() -> set[threading.Thread]:
@@ -57,11 +70,12 @@ def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     if _fds() - fds_before or _threads() - threads_before:
         gc.collect()  # unreachable iterators close their workers when collected
     new_children = [p for p in me.children(recursive=True) if p.pid not in children_before]
+    tree = {me.pid} | {p.pid for p in new_children}
     _, alive = psutil.wait_procs(new_children, timeout=GRACE_S)
     for thread in _threads() - threads_before:
         thread.join(timeout=GRACE_S)
     leaked_threads = [t.name for t in _threads() - threads_before if t.is_alive()]
-    leaked_shm = sorted(_shm_entries() - shm_before)
+    leaked_shm = sorted(e for e in _shm_entries() - shm_before if _ours(e, tree))
     leaked_fds = sorted(_fds() - fds_before)
     for proc in alive:
         proc.kill()
