@@ -8,9 +8,11 @@ dies rather than after a polling interval.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pickle
 import signal
+import sys
 import time
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
@@ -19,6 +21,8 @@ from typing import Any
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.worker_loop import WorkerSetup, run_worker
 
+PARENT_DEATH_SIGNAL = signal.SIGUSR2
+_PR_SET_PDEATHSIG = 1
 # How often an idle worker checks that the main process is still alive.
 PARENT_CHECK_INTERVAL_S = 0.5
 # A busy worker gets this long to notice the stop message before it is terminated.
@@ -37,6 +41,27 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this worker as soon as the main process dies, even inside slow user code.
+
+    The kernel sends ``PARENT_DEATH_SIGNAL`` when the thread that started us ends; the
+    handler exits only if the process itself is gone (a loader created in a short-lived
+    thread must keep its workers). The idle loop's ``getppid`` check is the fallback.
+    """
+
+    def on_parent_death(signum: int, frame: object) -> None:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL))
+    if os.getppid() != parent_pid:  # died before prctl took effect
+        os._exit(0)
+
+
 def process_worker_main(
     worker_id: int,
     setup: WorkerSetup | bytes,
@@ -49,6 +74,7 @@ def process_worker_main(
 
     # Ctrl-C goes to the whole process group; the main process decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent_pid)
     torch.set_num_threads(1)
     if isinstance(setup, bytes):
         setup = pickle.loads(setup)
