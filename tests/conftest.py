@@ -28,10 +28,10 @@ def _shm_entries() -> set[str]:
 
 
 def _ours(entry: str, tree: set[int]) -> bool:
-    """Entries named after a live process outside our tree belong to someone else's run."""
+    """conveyor/torch entries named after our process tree (or a dead process) are ours."""
     match = _SHM_PID.search(entry)
     if match is None:
-        return True
+        return False  # e.g. sem.mp-*: neither conveyor nor torch tensors make these
     pid = int(match.group(1))
     return pid in tree or not psutil.pid_exists(pid)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sample_datasets import Range
 
 from conveyor import DataLoader
+
+from sample_datasets import Range
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 
@@ -59,10 +61,8 @@ def _start(bad: int, after_interrupt: str = "pass") -> tuple[subprocess.Popen[st
 def _gone_within(pids: list[int], seconds: float) -> list[int]:
     procs = []
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=seconds)
     for proc in alive:
         proc.kill()

@@ -1,0 +1,118 @@
+"""Sharding a dataset across the ranks of a distributed job.
+
+Same as ``torch.utils.data.distributed``; `DistributedSampler` yields the same indices as
+torch's for the same arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from typing import TypeVar, cast
+
+import torch
+import torch.distributed as dist
+
+from conveyor.sampler import Sampler, _chunked
+
+T_co = TypeVar("T_co", covariant=True)
+
+__all__ = ["DistributedSampler", "ProcessGroupNotInitializedError"]
+
+
+class ProcessGroupNotInitializedError(RuntimeError, ValueError):
+    """No ``num_replicas``/``rank`` given and no process group to read them from.
+
+    A `RuntimeError`, and also a `ValueError` because that is what torch raises when the
+    package is available but no process group was initialised.
+    """
+
+
+def _from_process_group(argument: str) -> tuple[int, int]:
+    """``(world_size, rank)`` of the default process group, or a clear error."""
+    if not dist.is_available() or not dist.is_initialized():
+        state = "is not available" if not dist.is_available() else "is not initialized"
+        raise ProcessGroupNotInitializedError(
+            f"DistributedSampler got no {argument} and torch.distributed {state}: pass "
+            "num_replicas= and rank= explicitly, or call "
+            "torch.distributed.init_process_group() first"
+        )
+    return dist.get_world_size(), dist.get_rank()
+
+
+@_chunked
+class DistributedSampler(Sampler[T_co]):
+    """This rank's share of the dataset's indices. Same as `torch.utils.data.DistributedSampler`.
+
+    Every rank sees ``ceil(len / num_replicas)`` indices (``floor`` with ``drop_last``);
+    without ``drop_last`` the index list is padded by repeating it from the start. Call
+    `set_epoch` before each epoch to reshuffle. The index list is built when ``iter()`` is
+    called. Difference: with neither the arguments nor an initialised process group, raises
+    `ProcessGroupNotInitializedError` (a `RuntimeError` and a `ValueError`).
+    """
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if num_replicas is None:
+            num_replicas = _from_process_group("num_replicas")[0]
+        if rank is None:
+            rank = _from_process_group("rank")[1]
+        if rank >= num_replicas or rank < 0:
+            raise ValueError(
+                f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
+            )
+        self.dataset = dataset
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.drop_last = drop_last
+        length = len(dataset)
+        if drop_last and length % num_replicas != 0:
+            # Drop the tail so that every rank gets the same count.
+            self.num_samples = math.ceil((length - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(length / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+        self.shuffle = shuffle
+        self.seed = seed
+
+    def _rank_indices(self) -> list[int]:
+        length = len(self.dataset)
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            indices: list[int] = torch.randperm(length, generator=generator).tolist()
+        else:
+            indices = list(range(length))
+        if self.drop_last:
+            indices = indices[: self.total_size]
+        elif indices:
+            # Repeat the whole list as often as needed: padding may exceed its length.
+            padding = self.total_size - len(indices)
+            indices += (indices * math.ceil(padding / len(indices)))[:padding]
+        if len(indices) != self.total_size:
+            raise AssertionError(
+                f"Number of indices ({len(indices)}) does not match total_size "
+                f"({self.total_size}): the dataset changed length after the sampler was built"
+            )
+        return indices[self.rank : self.total_size : self.num_replicas]
+
+    def __iter__(self) -> Iterator[T_co]:
+        return cast(Iterator[T_co], iter(self._rank_indices()))
+
+    def _chunks(self) -> Iterator[list[int]]:
+        yield self._rank_indices()
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the next shuffle (``seed + epoch``); same on every rank."""
+        self.epoch = epoch
