@@ -23,6 +23,7 @@ from conveyor.engine.worker_loop import WorkerSetup, run_worker
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
 _PR_SET_PDEATHSIG = 1
+_FORKSERVER_PARENT = -1
 # How often an idle worker checks that the main process is still alive.
 PARENT_CHECK_INTERVAL_S = 0.5
 # A busy worker gets this long to notice the stop message before it is terminated.
@@ -69,8 +70,16 @@ def process_worker_main(
     outbox: connection.Connection,
     parent_pid: int,
 ) -> None:
-    """Entry point of a worker process (module level so that spawn can import it)."""
+    """Entry point of a worker process (module level so that spawn can import it).
+
+    ``parent_pid`` is the main process; under forkserver the parent is the fork server,
+    which lives exactly as long as the main process, so the parent at start-up is watched.
+    """
     import torch
+
+    if os.getppid() != parent_pid and parent_pid != _FORKSERVER_PARENT:
+        os._exit(0)  # the main process died while this worker was starting
+    parent_pid = os.getppid()
 
     # Ctrl-C goes to the whole process group; the main process decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -119,11 +128,12 @@ class ProcessPool:
             raise
 
     def _start_one(self, worker_id: int, payload: WorkerSetup | bytes, ctx: BaseContext) -> None:
+        parent = _FORKSERVER_PARENT if ctx.get_start_method() == "forkserver" else os.getpid()
         task_reader, task_writer = ctx.Pipe(duplex=False)
         result_reader, result_writer = ctx.Pipe(duplex=False)
         process = ctx.Process(  # type: ignore[attr-defined]
             target=process_worker_main,
-            args=(worker_id, payload, task_reader, result_writer, os.getpid()),
+            args=(worker_id, payload, task_reader, result_writer, parent),
             name=f"conveyor-worker-{worker_id}",
             daemon=True,
         )

@@ -1,0 +1,107 @@
+"""S4: time from ``iter(loader)`` to the first batch, conveyor vs torch.utils.data.
+
+Each measurement runs in a fresh Python process (cold: imports done, nothing started),
+alternating conveyor and torch. ``--fat-mb`` adds a payload that pickles to that size.
+
+    python benchmarks/s4_startup.py --reps 3
+    python benchmarks/s4_startup.py --fat-mb 50 --num-workers 4 --contexts spawn
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Comparison, interleave, print_table
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {bench_dir!r})
+    import numpy as np, torch
+    import torch.utils.data as tud
+    import conveyor
+    from startup_dataset import FatRange
+    module = conveyor if {ours!r} else tud
+    kwargs = dict(batch_size=8, num_workers={workers})
+    if {context!r} == "thread":
+        kwargs["worker_type"] = "thread"
+    elif {context!r}:
+        kwargs["multiprocessing_context"] = {context!r}
+    dataset = FatRange(1024, {fat_mb})
+    start = time.perf_counter()
+    loader = module.DataLoader(dataset, persistent_workers=True, **kwargs)
+    it = iter(loader)
+    next(it)
+    first = time.perf_counter() - start
+    for _ in it:
+        pass
+    start = time.perf_counter()
+    next(iter(loader))
+    second = time.perf_counter() - start
+    print(first, second)
+    """
+)
+
+
+def _measure(ours: bool, context: str, workers: int, fat_mb: int) -> tuple[float, float]:
+    code = CHILD.format(
+        bench_dir=str(Path(__file__).resolve().parent),
+        ours=ours,
+        context=context,
+        workers=workers,
+        fat_mb=fat_mb,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
+    ).stdout
+    first, second = out.split()
+    return float(first), float(second)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--fat-mb", type=int, default=0)
+    parser.add_argument("--contexts", default="fork,forkserver,spawn,thread")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rows = []
+    for context in args.contexts.split(","):
+        if context == "thread":
+            theirs_context = "fork"  # torch has no thread workers: compare with its best
+        else:
+            theirs_context = context
+        epoch2 = Comparison(f"{context} epoch-2 first batch", "s")
+        cold = Comparison(
+            f"{context} cold first batch ({args.num_workers}w, {args.fat_mb} MB)", "s"
+        )
+        results_ours: list[tuple[float, float]] = []
+        results_theirs: list[tuple[float, float]] = []
+
+        def ours(context: str = context) -> float:
+            results_ours.append(_measure(True, context, args.num_workers, args.fat_mb))
+            return results_ours[-1][0]
+
+        def theirs(context: str = theirs_context) -> float:
+            results_theirs.append(_measure(False, context, args.num_workers, args.fat_mb))
+            return results_theirs[-1][0]
+
+        a, b = interleave(args.reps, ours, theirs)
+        for x, y in zip(a, b, strict=True):
+            cold.add(x, y)
+        for x, y in zip(results_ours, results_theirs, strict=True):
+            epoch2.add(x[1], y[1])
+        rows += [cold, epoch2]
+        print_table([cold, epoch2])
+        print()
+    print_table(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
