@@ -1,0 +1,50 @@
+"""Run under torchrun: every rank loads its DistributedSampler shard with 2 workers.
+
+Writes, from rank 0, a JSON file mapping epoch -> rank -> list of sample ids.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch.distributed as dist
+
+import conveyor
+
+
+class Ids:
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+def main() -> None:
+    out_path, n, drop_last = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # rank and world size come from torch.distributed: none are passed
+    sampler = conveyor.DistributedSampler(Ids(n), shuffle=True, seed=7, drop_last=drop_last)
+    loader = conveyor.DataLoader(Ids(n), batch_size=4, sampler=sampler, num_workers=2)
+    seen: dict[int, list[int]] = {}
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        seen[epoch] = [int(i) for batch in loader for i in batch]
+    gathered: list[object] = [None] * world
+    dist.all_gather_object(
+        gathered, {"rank": rank, "world": world, "seen": seen, "batches": len(loader)}
+    )
+    if rank == 0:
+        with open(out_path, "w") as fh:
+            json.dump(gathered, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
