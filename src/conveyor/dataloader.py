@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -14,12 +15,17 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from conveyor.collate import default_collate, default_convert
+from conveyor.datapipes.base import IterDataPipe
+from conveyor.datapipes.loading import prepare_graph
 from conveyor.dataset import Dataset
+from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.plan import LoadPlan, WorkerOptions
+from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.torch_compat import is_iterable_style
 
@@ -48,6 +54,10 @@ class DataLoader(Generic[T_co]):
         worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
             run as threads of this process: no start-up cost, no transfer, best for I/O
             and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias.
+        fullsync: under torch.distributed, every rank ends the epoch as soon as one rank
+            runs out of batches (one gloo all-reduce per batch), so ranks with uneven
+            shards run the same number of steps and DDP cannot hang. Extra batches on the
+            longer ranks are dropped.
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 
@@ -84,6 +94,7 @@ class DataLoader(Generic[T_co]):
         in_order: bool = True,
         worker_type: str | None = None,
         worker_method: str | None = None,
+        fullsync: bool = False,
     ) -> None:
         _check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
         if num_workers > 0 and prefetch_factor is None:
@@ -98,6 +109,7 @@ class DataLoader(Generic[T_co]):
         self.worker_type = _resolve_worker_type(worker_type, worker_method)
         self.multiprocessing_context = multiprocessing_context
         self.in_order = in_order
+        self.fullsync = fullsync
 
         self._iterable_style = is_iterable_style(dataset)
         shuffle = self._check_dataset_kind(dataset, shuffle, sampler, batch_sampler)
@@ -132,6 +144,7 @@ class DataLoader(Generic[T_co]):
         self.persistent_workers = persistent_workers
         self._IterableDataset_len_called: int | None = None
         self._iterator: LoaderIterator | None = None
+        self._collectives = RankCollectives()
         self.__initialized = True
         self.check_worker_number_rationality()
 
@@ -141,7 +154,10 @@ class DataLoader(Generic[T_co]):
     ) -> bool | None:
         if not self._iterable_style:
             return bool(shuffle)
-        if shuffle not in (False, None):
+        if isinstance(dataset, IterDataPipe):
+            if shuffle is not None:
+                apply_shuffle_settings(dataset, shuffle=shuffle)
+        elif shuffle not in (False, None):
             raise ValueError(
                 "DataLoader with IterableDataset: expected unspecified shuffle option, "
                 f"but got shuffle={shuffle}"
@@ -250,6 +266,20 @@ class DataLoader(Generic[T_co]):
                 timeout_s=float(self.timeout),
                 in_order=self.in_order,
             )
+        graph_hook = draw_shared_seed = None
+        if isinstance(self.dataset, IterDataPipe):
+            world_size, rank = world_and_rank()
+            graph_hook = functools.partial(
+                prepare_graph,
+                world_size=world_size,
+                rank=rank,
+                private_copy=self.worker_type == "thread",
+            )
+            collectives = self._collectives
+
+            def draw_shared_seed(generator: torch.Generator | None) -> int:
+                return collectives.agree_seed(draw_base_seed(generator))
+
         return LoadPlan(
             dataset=self.dataset,
             iterable_style=self._iterable_style,
@@ -261,6 +291,9 @@ class DataLoader(Generic[T_co]):
             pin_memory=self.pin_memory,
             pin_memory_device=self.pin_memory_device,
             workers=workers,
+            graph_hook=graph_hook,
+            draw_shared_seed=draw_shared_seed,
+            all_ranks_have=self._collectives.all_have if self.fullsync else None,
         )
 
     def _get_iterator(self) -> LoaderIterator:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sized
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -116,3 +116,45 @@ class DistributedSampler(Sampler[T_co]):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds the next shuffle (``seed + epoch``); same on every rank."""
         self.epoch = epoch
+
+
+def world_and_rank() -> tuple[int, int]:
+    """``(world_size, rank)`` from torch.distributed when initialised, else ``(1, 0)``."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class RankCollectives:
+    """The two agreements a DataLoader needs across ranks, over one gloo group.
+
+    ``agree_seed``: every rank uses rank 0's seed (DataPipe shuffles must agree before
+    sharding). ``all_have``: whether every rank still has a batch (``fullsync=True`` stops
+    all ranks together so uneven shards cannot hang DDP). Both are collectives when
+    torch.distributed is initialised with more than one rank: every rank must call them
+    in the same order, as ranks running the same epochs do. The gloo group is created on
+    first use, so it works beside NCCL training groups.
+    """
+
+    def __init__(self) -> None:
+        self._group: Any = None
+
+    def _world_group(self) -> Any:
+        if self._group is None:
+            default_is_gloo = dist.get_backend() == "gloo"
+            self._group = dist.group.WORLD if default_is_gloo else dist.new_group(backend="gloo")
+        return self._group
+
+    def agree_seed(self, seed: int) -> int:
+        if world_and_rank()[0] == 1:
+            return seed
+        value = torch.tensor([seed], dtype=torch.int64)
+        dist.broadcast(value, src=0, group=self._world_group())
+        return int(value.item())
+
+    def all_have(self, has_batch: bool) -> bool:
+        if world_and_rank()[0] == 1:
+            return has_batch
+        value = torch.tensor([int(has_batch)], dtype=torch.int64)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self._world_group())
+        return bool(value.item())

@@ -23,6 +23,7 @@ class LoaderIterator:
         self._len_hint = len_hint
         self._num_yielded = 0
         self._sampler_iter = iter(plan.index_sampler)
+        self._shared_seed = self._draw_shared_seed()
         # torch draws this even without workers; drawing it here keeps the generator's
         # stream, and so every shuffle, identical to torch's.
         self._base_seed = draw_base_seed(plan.generator)
@@ -44,11 +45,30 @@ class LoaderIterator:
         raise NotImplementedError
 
     def __next__(self) -> Any:
-        data = self._next_data()
+        all_ranks_have = self._plan.all_ranks_have
+        if all_ranks_have is None:
+            data = self._next_data()
+        else:
+            data = self._next_data_in_step(all_ranks_have)
         self._num_yielded += 1
         if self._plan.iterable_style:
             self._check_len_hint()
         return data
+
+    def _next_data_in_step(self, all_ranks_have: Callable[[bool], bool]) -> Any:
+        """fullsync: end the epoch on every rank as soon as one rank has no batch."""
+        try:
+            data, has = self._next_data(), True
+        except StopIteration:
+            data, has = None, False
+        if not all_ranks_have(has):
+            if has:
+                self._end_epoch_early()
+            raise StopIteration
+        return data
+
+    def _end_epoch_early(self) -> None:
+        """Drop what is left of the epoch (fullsync); workers may stop here."""
 
     def _check_len_hint(self) -> None:
         hint = self._len_hint()
@@ -66,7 +86,14 @@ class LoaderIterator:
                 )
             warnings.warn(msg, UserWarning, stacklevel=3)
 
+    def _draw_shared_seed(self) -> int | None:
+        """DataPipe graphs: one seed per epoch for all workers and ranks, drawn (as torch
+        does) from the loader's generator before the workers' base seed."""
+        draw = self._plan.draw_shared_seed
+        return None if draw is None else draw(self._plan.generator)
+
     def _reset(self) -> None:
         """Start a new epoch on the same iterator (persistent workers)."""
         self._sampler_iter = iter(self._plan.index_sampler)
         self._num_yielded = 0
+        self._shared_seed = self._draw_shared_seed()

@@ -19,6 +19,7 @@ After either side calls ``close()``, ``put`` raises `ChannelClosed` on both side
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -31,6 +32,7 @@ __all__ = [
     "Doorbell",
     "Endpoint",
     "NotAvailable",
+    "ProcessEndpoint",
     "connection_endpoint",
     "new_lock",
     "process_channel",
@@ -74,7 +76,9 @@ class Doorbell:
             self._generation += 1
             self._cond.notify_all()
             targets = [ref() for ref in self._forwards]
-            self._forwards = [ref for ref, bell in zip(self._forwards, targets) if bell]
+            self._forwards = [
+                ref for ref, bell in zip(self._forwards, targets, strict=False) if bell
+            ]
         for bell in targets:
             if bell is not None:
                 bell.ring()
@@ -91,12 +95,12 @@ class Doorbell:
                 self._forwards.append(weakref.ref(other))
 
 
-def new_lock() -> threading.Lock:
-    """A mutex for pipeline state that pipes pulled from different threads share (fork)."""
-    return threading.Lock()
+def new_lock() -> threading.RLock:
+    """A (reentrant) mutex for pipeline state shared by pipes pulled from several threads."""
+    return threading.RLock()
 
 
-class NotAvailable(Exception):  # noqa: N818 - the RFC's name
+class NotAvailable(Exception):
     """No item is ready yet: try again later (the RFC's ``NotAvailable``).
 
     ``bell``/``since`` say when retrying is worthwhile; an instance without a bell (raised by
@@ -261,10 +265,8 @@ class _ConnectionEndpoint(Endpoint):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            try:
+            with contextlib.suppress(BrokenPipeError, EOFError, OSError):
                 self._conn.send(_CloseSignal())
-            except (BrokenPipeError, EOFError, OSError):
-                pass
         self._conn.close()
 
 
@@ -273,7 +275,7 @@ def connection_endpoint(conn: Connection) -> Endpoint:
     return _ConnectionEndpoint(conn)
 
 
-class _PumpedEndpoint(Endpoint):
+class ProcessEndpoint(Endpoint):
     """The parent's end of a process channel.
 
     A pump thread moves messages from the connection into a bounded thread channel, so
@@ -289,6 +291,11 @@ class _PumpedEndpoint(Endpoint):
             target=_pump, args=(conn, pump_side), name="conveyor-channel-pump", daemon=True
         )
         self._pump.start()
+
+    @property
+    def connection(self) -> Connection:
+        """The parent's raw connection; a *forked* child must close its inherited copy."""
+        return self._conn
 
     def put(self, item: Any, blocking: bool = True, timeout: float | None = None) -> None:
         with self._send_lock:
@@ -307,10 +314,8 @@ class _PumpedEndpoint(Endpoint):
         self._local.close()
         with self._send_lock:
             if not self._conn.closed:
-                try:
+                with contextlib.suppress(BrokenPipeError, EOFError, OSError):
                     self._conn.send(_CloseSignal())
-                except (BrokenPipeError, EOFError, OSError):
-                    pass
         self._pump.join(join_timeout_s)
         if not self._pump.is_alive():
             with self._send_lock:
@@ -335,7 +340,7 @@ def _pump(conn: Connection, sink: Endpoint) -> None:
         sink.close()
 
 
-def process_channel(context: Any, capacity: int) -> tuple[Endpoint, Connection]:
+def process_channel(context: Any, capacity: int) -> tuple[ProcessEndpoint, Connection]:
     """A channel between this process and one child.
 
     Returns the parent's endpoint and the raw connection to pass to the child process
@@ -343,4 +348,4 @@ def process_channel(context: Any, capacity: int) -> tuple[Endpoint, Connection]:
     ``context`` is a `multiprocessing` context.
     """
     parent_conn, child_conn = context.Pipe(duplex=True)
-    return _PumpedEndpoint(parent_conn, capacity), child_conn
+    return ProcessEndpoint(parent_conn, capacity), child_conn

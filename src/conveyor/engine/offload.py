@@ -15,7 +15,10 @@ left behind after an early ``break`` or when the owning pipe is dropped.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -177,7 +180,7 @@ class ThreadOffload:
         )
         self._thread.start()
         self._finalizer = weakref.finalize(
-            self, _close_thread, self.endpoint, self._thread, join_timeout_s
+            self, _close_thread, self.endpoint, self._thread, join_timeout_s, os.getpid()
         )
 
     def close(self) -> None:
@@ -191,13 +194,24 @@ class ThreadOffload:
         self.close()
 
 
-def _close_thread(end: Endpoint, thread: threading.Thread, join_timeout_s: float) -> None:
+def _close_thread(
+    end: Endpoint, thread: threading.Thread, join_timeout_s: float, owner_pid: int
+) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked copy: the thread and channel belong to the parent
     end.close()
     if thread is not threading.current_thread():
         thread.join(join_timeout_s)
 
 
-def _process_main(graph: Servable, conn: Connection, start: _Start) -> None:
+def _process_main(
+    graph: Servable, conn: Connection, start: _Start, inherited: Connection | None
+) -> None:
+    # A forked child holds a copy of the parent's end of the pipe: close it, so that the
+    # parent's death reads as end-of-file here. Ctrl-C is the parent's to handle.
+    if inherited is not None:
+        inherited.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     serve(graph, connection_endpoint(conn), start, portable=True)
 
 
@@ -220,14 +234,15 @@ class ProcessOffload:
         context: Any = None,
         join_timeout_s: float = 5.0,
     ) -> None:
-        ctx = multiprocessing.get_context(context) if context is None or isinstance(
-            context, str
-        ) else context
+        ctx: Any = context
+        if context is None or isinstance(context, str):
+            ctx = multiprocessing.get_context(context)
         self.endpoint, child_conn = process_channel(ctx, buffer_size + 1)
+        inherited = self.endpoint.connection if ctx.get_start_method() == "fork" else None
         try:
             self._process = ctx.Process(
                 target=_process_main,
-                args=(graph, child_conn, _Start(state, skip, snapshot_every)),
+                args=(graph, child_conn, _Start(state, skip, snapshot_every), inherited),
                 name="conveyor-datapipe-process",
                 daemon=True,
             )
@@ -238,13 +253,23 @@ class ProcessOffload:
         finally:
             child_conn.close()
         self._finalizer = weakref.finalize(
-            self, _close_process, self.endpoint, self._process, join_timeout_s
+            self, _close_process, self.endpoint, self._process, join_timeout_s, os.getpid()
         )
 
-    @property
-    def exitcode(self) -> int | None:
-        """The child's exit code, or None while it runs."""
-        return self._process.exitcode
+    def describe_exit(self, wait_s: float = 1.0) -> str:
+        """How the child ended ("exit code 1", "signal SIGKILL"), waiting up to ``wait_s``."""
+        if not self._finalizer.alive:
+            return "already closed"
+        self._process.join(wait_s)
+        code = self._process.exitcode
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"signal {-code}"
+        return f"exit code {code}"
 
     def close(self) -> None:
         """Stop the child and wait for it (idempotent)."""
@@ -257,11 +282,11 @@ class ProcessOffload:
         self.close()
 
 
-def _close_process(end: Endpoint, process: Any, join_timeout_s: float) -> None:
-    try:
+def _close_process(end: Endpoint, process: Any, join_timeout_s: float, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked copy: only the process that started the child may stop it
+    with contextlib.suppress(ChannelClosed):
         end.put(STOP)
-    except ChannelClosed:
-        pass
     process.join(join_timeout_s)
     if process.is_alive():
         process.terminate()

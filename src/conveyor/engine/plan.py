@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from conveyor.transport.options import SlabOptions
+
 
 @dataclass(frozen=True)
 class WorkerOptions:
@@ -21,6 +23,8 @@ class WorkerOptions:
     persistent_workers: bool
     timeout_s: float
     in_order: bool
+    # Shared-memory transport of process workers; None: SlabOptions.from_env().
+    slab_options: SlabOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -40,3 +44,7 @@ class LoadPlan:
     # Per-worker graph preparation (DataPipes: sharding, seeding): (dataset, worker_id,
     # num_workers, shared_seed) -> dataset.
     graph_hook: Callable[[Any, int, int, int | None], Any] | None = None
+    # Draws the per-epoch seed shared by every worker and rank (DataPipe graphs only).
+    draw_shared_seed: Callable[[torch.Generator | None], int] | None = None
+    # fullsync: (this rank has a batch) -> every rank has one; None when not synchronised.
+    all_ranks_have: Callable[[bool], bool] | None = None

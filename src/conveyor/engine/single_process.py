@@ -13,8 +13,11 @@ from conveyor.engine.plan import LoadPlan
 class SingleProcessIterator(LoaderIterator):
     def __init__(self, plan: LoadPlan, len_hint: Callable[[], int | None]):
         super().__init__(plan, len_hint)
+        dataset = plan.dataset
+        if plan.graph_hook is not None:
+            dataset = plan.graph_hook(dataset, 0, 1, self._shared_seed)
         self._fetcher = make_fetcher(
-            plan.iterable_style, plan.dataset, plan.auto_collation, plan.collate_fn, plan.drop_last
+            plan.iterable_style, dataset, plan.auto_collation, plan.collate_fn, plan.drop_last
         )
 
     def _next_data(self) -> Any:

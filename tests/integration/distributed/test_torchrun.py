@@ -59,3 +59,38 @@ def test_distributed_sampler_exactly_once_per_epoch(
         orders.append(seen[0])
     assert orders[0] != orders[1] and orders[1] != orders[2]  # set_epoch reshuffles
     assert {r["batches"] for r in ranks} == {-(-per_rank // 4)}
+
+
+def test_datapipe_graph_shards_across_ranks_and_workers(tmp_path: Path) -> None:
+    out = tmp_path / "seen.json"
+    torchrun("datapipe_job.py", str(out), "64", "0")
+    ranks = json.loads(out.read_text())
+    orders = []
+    for epoch in ("0", "1", "2"):
+        seen = [r["seen"][epoch] for r in ranks]
+        assert sorted(seen[0] + seen[1]) == list(range(64))  # each sample exactly once
+        orders.append(seen[0] + seen[1])
+    assert orders[0] != orders[1] != orders[2]  # reshuffled every epoch
+
+
+def test_fullsync_gives_every_rank_the_same_number_of_batches(tmp_path: Path) -> None:
+    # 2 ranks x 2 workers = 4 shards of 65 items: 17, 16, 16, 16; shard = worker * 2 + rank,
+    # so with batch 4 rank 0 has 5 + 4 batches and rank 1 has 4 + 4.
+    out = tmp_path / "seen.json"
+    torchrun("datapipe_job.py", str(out), "65", "1")
+    ranks = json.loads(out.read_text())
+    for epoch in ("0", "1", "2"):
+        counts = [r["batches"][epoch] for r in ranks]
+        assert counts == [8, 8]
+        union = ranks[0]["seen"][epoch] + ranks[1]["seen"][epoch]
+        assert len(union) == len(set(union))  # nothing twice
+
+
+def test_without_fullsync_uneven_shards_give_uneven_batches(tmp_path: Path) -> None:
+    """The failure fullsync prevents: here rank 0 gets more batches than rank 1."""
+    out = tmp_path / "seen.json"
+    torchrun("datapipe_job.py", str(out), "65", "0")
+    ranks = json.loads(out.read_text())
+    counts = [r["batches"]["0"] for r in ranks]
+    assert counts == [9, 8]
+    assert sorted(ranks[0]["seen"]["0"] + ranks[1]["seen"]["0"]) == list(range(65))

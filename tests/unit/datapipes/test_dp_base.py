@@ -236,3 +236,23 @@ def test_plain_iterable_inputs_are_refused_with_a_hint() -> None:
 
 def test_repr_is_the_class_name() -> None:
     assert repr(IterableWrapper([1])) == "IterableWrapper"
+
+
+def test_functional_datapipe_decorator() -> None:
+    from conveyor.datapipes import functional_datapipe
+
+    @functional_datapipe("halve_for_test")
+    class Halve(IterDataPipe[float]):
+        def __init__(self, source: IterDataPipe[int]) -> None:
+            self.source = source
+
+        def __iter__(self) -> Iterator[float]:
+            return (x / 2 for x in self.source)
+
+    try:
+        dp: Any = IterableWrapper([2, 4])
+        assert list(dp.halve_for_test()) == [1.0, 2.0]
+    finally:
+        del IterDataPipe.functions["halve_for_test"]
+    with pytest.raises(TypeError, match="only decorate"):
+        functional_datapipe("nope")(int)

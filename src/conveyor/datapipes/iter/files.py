@@ -1,0 +1,211 @@
+"""Files: ``list_files``, ``open_files`` and ``read_from_stream``, local or remote (fsspec).
+
+Nothing is listed or opened before the first item is pulled, so a pipeline built in the
+main process lists its files inside each worker. Remote URLs need
+``pip install conveyor[remote]``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict
+from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
+from conveyor.datapipes.iter.wrappers import IterableWrapper
+from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
+from conveyor.storage import DEFAULT_BLOCK_BYTES, ShardCache, is_local, list_files, open_url
+
+__all__ = ["FileLister", "FileOpener", "StreamReader"]
+
+
+def _as_pipe(root: str | Sequence[str] | IterDataPipe[str]) -> IterDataPipe[str]:
+    if isinstance(root, IterDataPipe):
+        return root
+    roots = [root] if isinstance(root, str) else list(root)
+    return IterableWrapper(roots, deepcopy=False)
+
+
+def _length(node: Any, length: int) -> int:
+    if length >= 0:
+        return length
+    raise TypeError(f"{type(node).__name__} instance doesn't have valid length")
+
+
+class FileLister(IterDataPipe[str]):
+    """Yields the files under each root (functional name: ``list_files``).
+
+    Same as torch's FileLister, for local paths and any fsspec URL (``s3://bucket/dir``):
+    ``root`` is a path, a list of them, or a pipe yielding them; a root may be a
+    directory, a file or a glob. ``masks`` filter basenames (fnmatch); results are sorted
+    per root (``non_deterministic`` is accepted and ignored); ``abspath`` makes local
+    paths absolute; ``storage_options`` go to fsspec. Listing happens at the first pull.
+    State: the root being listed and the index in it (resuming lists that root again).
+    """
+
+    def __init__(
+        self,
+        root: str | Sequence[str] | IterDataPipe[str] = ".",
+        masks: str | list[str] = "",
+        *,
+        recursive: bool = False,
+        abspath: bool = False,
+        non_deterministic: bool = False,
+        length: int = -1,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.datapipe = _as_pipe(root)
+        self.masks = masks
+        self.recursive = recursive
+        self.abspath = abspath
+        self.non_deterministic = non_deterministic
+        self.length = length
+        self.storage_options = dict(storage_options or {})
+
+    def _list(self, root: str) -> list[str]:
+        files = list_files(
+            root, self.masks, recursive=self.recursive, storage_options=self.storage_options
+        )
+        if self.abspath:
+            files = [os.path.abspath(path) if is_local(path) else path for path in files]
+        return files
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[str]:
+        return _ListerCursor(self, state)
+
+    def __len__(self) -> int:
+        return _length(self, self.length)
+
+
+class _ListerCursor(ExpandingCursor[str]):
+    def __init__(self, node: FileLister, state: StateDict | None) -> None:
+        super().__init__(node.datapipe, state, "FileLister", ErrorPolicy("raise"))
+        self._list = node._list
+
+    def expand(self, item: Any, position: Any) -> Expansion[str]:
+        files = self._list(str(item))
+        for index in range(int(position or 0), len(files)):
+            yield files[index], index + 1
+
+
+class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
+    """Opens each path and yields ``(path, stream)`` (functional name: ``open_files``).
+
+    Same as torch's FileOpener (``mode`` ``"r"``/``"t"``/``"rt"`` for text, ``"b"``/``"rb"``
+    for bytes), for local paths and fsspec URLs. Remote files are streamed in
+    ``block_size`` ranges (never downloaded whole) or, with a `ShardCache`, read from and
+    copied into a local cache. A file that cannot be opened raises `SampleError` naming
+    it, or is counted and skipped under ``on_error="skip"`` (or an `ErrorPolicy`).
+    Streams belong to the consumer; the last one is closed when the run ends.
+    """
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[str],
+        mode: str = "r",
+        encoding: str | None = None,
+        length: int = -1,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        cache: ShardCache | None = None,
+        block_size: int = DEFAULT_BLOCK_BYTES,
+        on_error: OnError | ErrorPolicy = "raise",
+    ) -> None:
+        if mode not in ("b", "t", "rb", "rt", "r"):
+            raise ValueError(f"Invalid mode {mode}")
+        if "b" in mode and encoding is not None:
+            raise ValueError("binary mode doesn't take an encoding argument")
+        self.datapipe = datapipe
+        self.mode = mode
+        self.encoding = encoding
+        self.length = length
+        self.storage_options = dict(storage_options or {})
+        self.cache = cache
+        self.block_size = block_size
+        self.policy = as_policy(on_error)
+
+    def _open(self, path: str) -> IO[Any]:
+        stream = open_url(path, self.storage_options, self.block_size, self.cache)
+        if "b" in self.mode:
+            return stream
+        return io.TextIOWrapper(stream, encoding=self.encoding)
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, IO[Any]]]:
+        return _OpenerCursor(self, state)
+
+    def __len__(self) -> int:
+        return _length(self, self.length)
+
+
+class _OpenerCursor(SourceCursor[tuple[str, IO[Any]]]):
+    def __init__(self, node: FileOpener, state: StateDict | None) -> None:
+        super().__init__(node.datapipe, state, "FileOpener")
+        self._open = node._open
+        self._policy = node.policy
+        self._last: IO[Any] | None = None
+
+    def next(self) -> tuple[str, IO[Any]]:
+        while True:
+            try:
+                path = self.source.nonblocking_next()
+            except StopIteration:
+                self._policy.end_of_stream()
+                raise
+            try:
+                stream = self._open(path)
+            except OSError as error:
+                self._policy.handle(SampleError(f"cannot open: {error}", str(path)))
+                continue
+            self._last = stream
+            self._policy.passed("FileOpener")
+            return path, stream
+
+    def close(self) -> None:
+        last, self._last = self._last, None
+        if last is not None:
+            last.close()
+        super().close()
+
+
+class StreamReader(IterDataPipe[tuple[str, bytes]]):
+    """Reads ``(path, stream)`` pairs into ``(path, bytes)`` (functional: ``read_from_stream``).
+
+    Same as torch's StreamReader: the whole stream, or ``chunk`` bytes at a time, each
+    stream closed at its end. State: the stream's source item and the byte offset
+    (resuming seeks there).
+    """
+
+    def __init__(self, datapipe: IterDataPipe[tuple[str, IO[bytes]]], chunk: int | None = None):
+        self.datapipe = datapipe
+        self.chunk = chunk
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, bytes]]:
+        return _ReaderCursor(self, state)
+
+
+class _ReaderCursor(ExpandingCursor[tuple[str, bytes]]):
+    def __init__(self, node: StreamReader, state: StateDict | None) -> None:
+        super().__init__(node.datapipe, state, "StreamReader", ErrorPolicy("raise"))
+        self._chunk = -1 if node.chunk is None else node.chunk
+
+    def expand(self, item: Any, position: Any) -> Expansion[tuple[str, bytes]]:
+        path, stream = item
+        offset = int(position or 0)
+        if offset:
+            stream.seek(offset)
+        while True:
+            data = stream.read(self._chunk)
+            if not data:
+                return
+            offset += len(data)
+            yield (path, data), offset
+
+    def release(self, item: Any) -> None:
+        item[1].close()
+
+
+register_functional("list_files", FileLister)
+register_functional("open_files", FileOpener)
+register_functional("read_from_stream", StreamReader)

@@ -1,0 +1,258 @@
+"""Shards as the unit of work: `ShardLister` (shuffle, split across consumers), `TarShards`.
+
+Every consumer (rank x worker) reads whole shards: the shard list is shuffled with a
+seed all consumers share, then consumer ``c`` of ``n`` takes shards ``c, c + n, ...``.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, check_version
+from conveyor.datapipes.iter.combinatorics import Shuffler
+from conveyor.datapipes.iter.decoding import RoutedDecoder
+from conveyor.datapipes.iter.files import FileOpener
+from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES
+from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
+from conveyor.datapipes.rng import SplitMix64, draw_seed
+from conveyor.engine.worker_info import get_worker_info
+from conveyor.formats.decoders import DecoderRegistry
+from conveyor.formats.errors import ErrorPolicy, OnError, as_policy
+from conveyor.storage import DEFAULT_BLOCK_BYTES, ShardCache, resolve_urls
+
+__all__ = ["ShardLister", "TarShards", "consumer_slot"]
+
+_MIX = 0x9E3779B97F4A7C15
+_TORCH_WORKER_MODULE = "torch.utils.data._utils.worker"
+
+
+def _worker() -> tuple[int, int, int | None]:
+    """``(num_workers, worker_id, shared epoch seed)`` of this worker, or ``(1, 0, None)``."""
+    info: Any = get_worker_info()
+    if info is None:  # a worker of torch's own DataLoader?
+        module = sys.modules.get(_TORCH_WORKER_MODULE)
+        info = getattr(module, "_worker_info", None) if module is not None else None
+    if info is None:
+        return 1, 0, None
+    return int(info.num_workers), int(info.id), int(info.seed) - int(info.id)
+
+
+def consumer_slot() -> tuple[int, int]:
+    """``(consumers, this consumer)`` from torch.distributed (if initialised) x workers."""
+    world, rank = 1, 0
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        world, rank = distributed.get_world_size(), distributed.get_rank()
+    workers, worker, _ = _worker()
+    return world * workers, rank * workers + worker
+
+
+class ShardLister(IterDataPipe[str]):
+    """Yields this consumer's shard URLs, shuffled per epoch if asked (a source node).
+
+    ``urls``: a URL, a list, brace ranges (``shard-{000..099}.tar``) or globs, resolved at
+    the first pull (so remote listing happens in the workers).
+
+    Sharding: shardable (the RFC's ``is_shardable``); ``apply_sharding(n, i, group)`` as
+    for ``sharding_filter`` (DISTRIBUTED and MULTIPROCESSING groups combine). If nothing
+    applied sharding, it is taken from ``torch.distributed`` and the worker info when a
+    pass starts. Warns when there are fewer shards than consumers (some get nothing).
+
+    Shuffling: ``shuffle`` permutes the shards with a seed shared by all consumers: the
+    seed of ``set_seed`` (as ``apply_random_seed`` gives it; used once), else the epoch's
+    base seed of the DataLoader worker, else ``seed`` plus the pass number, else one
+    drawn from torch's generator. ``set_shuffle`` turns it on or off.
+
+    State: the seed, the consumer split and the index in this consumer's list.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        shuffle: bool = False,
+        seed: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.urls: list[str] = [urls] if isinstance(urls, str) else [str(url) for url in urls]
+        if not self.urls:
+            raise ValueError("ShardLister: no shard URLs given")
+        self.shuffle_shards = shuffle
+        self.seed = seed
+        self.storage_options = dict(storage_options or {})
+        self.groups: dict[int, tuple[int, int]] = {}
+        self._set_seed: int | None = None
+        self._passes = 0
+
+    def is_shardable(self) -> bool:
+        return True
+
+    def apply_sharding(
+        self,
+        num_of_instances: int,
+        instance_id: int,
+        sharding_group: int = SHARDING_PRIORITIES.DEFAULT,
+    ) -> None:
+        """Make this node consumer ``instance_id`` of ``num_of_instances`` (within a group)."""
+        if num_of_instances < 1 or not 0 <= instance_id < num_of_instances:
+            raise ValueError(
+                f"instance_id({instance_id}) should be in [0, num_of_instances({num_of_instances}))"
+            )
+        self.groups[int(sharding_group)] = (num_of_instances, instance_id)
+
+    def set_shuffle(self, shuffle: bool = True) -> Self:
+        """Turn shard shuffling on or off for later passes."""
+        self.shuffle_shards = shuffle
+        return self
+
+    def set_seed(self, seed: int) -> Self:
+        """Seed the next pass's shard order (give every consumer the same seed)."""
+        self._set_seed = seed
+        return self
+
+    def _slot(self) -> tuple[int, int]:
+        if not self.groups:
+            return consumer_slot()
+        total, index = 1, 0
+        for key in sorted(self.groups, reverse=True):
+            size, position = self.groups[key]
+            index += total * position
+            total *= size
+        return total, index
+
+    def _pass_seed(self) -> int:
+        self._passes += 1
+        if self._set_seed is not None:
+            seed, self._set_seed = self._set_seed, None
+            return seed
+        _, _, shared = _worker()
+        if shared is not None:
+            return shared ^ (self.seed or 0)
+        if self.seed is not None:
+            return (self.seed + (self._passes - 1) * _MIX) & ((1 << 63) - 1)
+        return draw_seed()
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[str]:
+        return _ShardCursor(self, state)
+
+
+class _ShardCursor(Cursor[str]):
+    def __init__(self, node: ShardLister, state: StateDict | None) -> None:
+        consumers, consumer = node._slot()
+        urls = resolve_urls(node.urls, node.storage_options)
+        if state is not None:
+            check_version(state, 1, "ShardLister")
+            if (state["consumers"], state["consumer"]) != (consumers, consumer):
+                raise ValueError(
+                    f"ShardLister: the state was taken as consumer {state['consumer']} of "
+                    f"{state['consumers']}, but this is consumer {consumer} of {consumers}; "
+                    "resume with the same number of ranks and workers"
+                )
+            if state["total"] != len(urls):
+                raise ValueError(
+                    f"ShardLister: the state covers {state['total']} shards, but the URLs now "
+                    f"give {len(urls)}; resume over the same shards"
+                )
+            seed: int | None = state["seed"]
+            self._index = int(state["index"])
+        else:
+            seed = node._pass_seed() if node.shuffle_shards else None
+            self._index = 0
+        if seed is not None:
+            urls = [urls[i] for i in SplitMix64(seed).permutation(len(urls))]
+        if len(urls) < consumers and consumer == 0:
+            warnings.warn(
+                f"ShardLister: {len(urls)} shard(s) for {consumers} consumers (ranks x "
+                f"workers): {consumers - len(urls)} consumer(s) get no data; write at least "
+                "as many shards as ranks x num_workers",
+                stacklevel=4,
+            )
+        self._mine = urls[consumer::consumers]
+        self._seed = seed
+        self._slot = (consumers, consumer)
+        self._total = len(urls)
+
+    def next(self) -> str:
+        if self._index >= len(self._mine):
+            raise StopIteration
+        url = self._mine[self._index]
+        self._index += 1
+        return url
+
+    def state(self) -> StateDict:
+        consumers, consumer = self._slot
+        return {
+            "version": 1,
+            "seed": self._seed,
+            "consumers": consumers,
+            "consumer": consumer,
+            "total": self._total,
+            "index": self._index,
+        }
+
+
+class TarShards(IterDataPipe[dict[str, Any]]):
+    """WebDataset-style tar shards as one pipe: the RFC's TarDataset.
+
+    ``ShardLister -> open_files -> load_from_tar -> webdataset -> shuffle -> decode``:
+    yields sample dicts ``{"__key__", "__url__", ext: value}``. Works as a plain iterable
+    and with ``conveyor.DataLoader(..., num_workers=N)`` (each worker reads whole shards;
+    see `ShardLister`).
+
+    Args:
+        urls: shard URLs, brace ranges or globs; local or any fsspec URL.
+        decode: an image spec for `DecoderRegistry` (default ``"torchrgb8"``: CHW uint8
+            tensors), a `DecoderRegistry`, or None for raw bytes.
+        shuffle: shuffle shards per epoch and samples in a buffer of ``shuffle_buffer``
+            (both toggled by ``set_shuffle`` / the DataLoader's ``shuffle``).
+        seed: base seed for the shard order (see `ShardLister`).
+        storage_options: fsspec options (e.g. ``{"endpoint_url": ...}`` for s3fs).
+        cache: a `ShardCache` for remote shards (local shards are never copied).
+        on_error: ``"raise"``, ``"skip"`` or an `ErrorPolicy`, shared by every stage and
+            readable as ``errors``.
+
+    State: shard index and member offset (resume without replay) plus the shuffle buffer
+    (raw encoded samples) when shuffling.
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        decode: str | DecoderRegistry | None = "torchrgb8",
+        shuffle: bool = False,
+        shuffle_buffer: int = 1000,
+        seed: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache: ShardCache | None = None,
+        block_size: int = DEFAULT_BLOCK_BYTES,
+        on_error: OnError | ErrorPolicy = "raise",
+    ) -> None:
+        self.errors = as_policy(on_error)
+        self.shards = ShardLister(urls, shuffle=shuffle, seed=seed, storage_options=storage_options)
+        opened = FileOpener(
+            self.shards,
+            mode="b",
+            storage_options=storage_options,
+            cache=cache,
+            block_size=block_size,
+            on_error=self.errors,
+        )
+        members = TarArchiveLoader(opened, stream=False, on_error=self.errors)
+        samples: IterDataPipe[Any] = WebDataset(members, on_error=self.errors)
+        samples = Shuffler(samples, buffer_size=shuffle_buffer).set_shuffle(shuffle)
+        if decode is not None:
+            registry = decode if isinstance(decode, DecoderRegistry) else DecoderRegistry(decode)
+            samples = RoutedDecoder(samples, registry=registry, on_error=self.errors)
+        self.datapipe = samples
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
+        return _PassCursor(self.datapipe, state, "TarShards")
+
+
+class _PassCursor(SourceCursor[Any]):
+    def next(self) -> Any:
+        return self.source.nonblocking_next()

@@ -1,0 +1,184 @@
+"""Tar shards: ``load_from_tar`` (members of each archive) and ``webdataset`` (samples).
+
+Both resume without replaying: ``load_from_tar`` saves the byte offset of the next member
+header and seeks there; ``webdataset`` saves the state its input had just before the
+first member of the next sample, so that member is simply read again.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import IO, Any, Self
+
+from conveyor.datapipes.base import Cursor, IterDataPipe, StateDict, check_version, sub_state
+from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
+from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
+from conveyor.formats.grouping import SampleBuilder
+from conveyor.formats.tar import open_archive, read_members
+
+__all__ = ["TarArchiveLoader", "TarMemberPath", "WebDataset"]
+
+_ARCHIVE_SUFFIXES = (".tar/", ".tar.gz/", ".tgz/")
+
+
+class TarMemberPath(str):
+    """``"<archive url>/<member name>"`` (torch's path form), remembering both parts."""
+
+    url: str
+    member: str
+
+    def __new__(cls, url: str, member: str) -> Self:
+        path = super().__new__(cls, f"{url}/{member}")
+        path.url = url
+        path.member = member
+        return path
+
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
+        return (self.url, self.member)
+
+
+def split_member_path(path: str) -> tuple[str, str]:
+    """``(archive url, member name)`` of a member path; ``("", path)`` if not recognised."""
+    if isinstance(path, TarMemberPath):
+        return path.url, path.member
+    lowered = path.lower()
+    for suffix in _ARCHIVE_SUFFIXES:
+        cut = lowered.rfind(suffix)
+        if cut >= 0:
+            return path[: cut + len(suffix) - 1], path[cut + len(suffix) :]
+    return "", path
+
+
+class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
+    """Yields ``(path, member)`` for every file in each archive (functional: ``load_from_tar``).
+
+    Same as torch's TarArchiveLoader: the input yields ``(archive path, binary stream)``
+    (e.g. from ``open_files(mode="b")``); each output path is ``archive_path/member_name``
+    (a `TarMemberPath`); the member comes as a ``BytesIO`` (or ``bytes`` with
+    ``stream=False``). gzip archives (``.tar.gz``, ``.tgz``) are decompressed on the fly.
+    Each archive's stream is closed when it is done. A corrupt header or truncated member
+    raises `SampleError` with the archive URL and offset, or, under ``on_error="skip"``,
+    the rest of that archive is skipped and counted.
+
+    State: the input's state before the current archive and the offset of the next
+    member; resuming seeks there (O(1) on seekable streams, local or remote).
+    """
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[tuple[str, IO[bytes]]],
+        mode: str = "r:*",
+        length: int = -1,
+        *,
+        stream: bool = True,
+        on_error: OnError | ErrorPolicy = "raise",
+    ) -> None:
+        if not mode.startswith("r"):
+            raise ValueError(f"TarArchiveLoader reads archives only; mode {mode!r} is invalid")
+        self.datapipe = datapipe
+        self.mode = mode
+        self.length = length
+        self.stream = stream
+        self.policy = as_policy(on_error)
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, Any]]:
+        return _TarCursor(self, state)
+
+    def __len__(self) -> int:
+        if self.length >= 0:
+            return self.length
+        raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
+
+
+class _TarCursor(ExpandingCursor[tuple[str, Any]]):
+    def __init__(self, node: TarArchiveLoader, state: StateDict | None) -> None:
+        super().__init__(node.datapipe, state, "TarArchiveLoader", node.policy)
+        self._as_stream = node.stream
+
+    def expand(self, item: Any, position: Any) -> Expansion[tuple[str, Any]]:
+        url, raw = item
+        url = str(url)
+        try:
+            stream = open_archive(raw, url)
+            for member in read_members(stream, url, int(position or 0)):
+                data = io.BytesIO(member.data) if self._as_stream else member.data
+                yield (TarMemberPath(url, member.name), data), member.end
+        except OSError as error:  # network or decompression failure mid-archive
+            raise SampleError(f"cannot read archive: {error}", url) from error
+
+    def release(self, item: Any) -> None:
+        item[1].close()
+
+
+class WebDataset(IterDataPipe[dict[str, Any]]):
+    """Groups ``(path, data)`` members into WebDataset samples (functional: ``webdataset``).
+
+    Consecutive members with the same key form ``{"__key__": key, "__url__": archive,
+    ext: data, ...}`` with the WebDataset library's rules (`conveyor.formats.grouping`):
+    the key is the member path inside the archive up to the basename's first dot, the
+    extension is the rest, without a leading dot. (torchdata's ``webdataset`` used
+    ``".ext"`` keys and put the archive path into ``__key__``; this follows the library
+    whose shards it reads.) A repeated extension raises `SampleError`, or is skipped and
+    counted under ``on_error="skip"``.
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        on_error: OnError | ErrorPolicy = "raise",
+    ) -> None:
+        self.source_datapipe = source_datapipe
+        self.policy = as_policy(on_error)
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
+        return _GroupCursor(self, state)
+
+
+class _GroupCursor(Cursor[dict[str, Any]]):
+    def __init__(self, node: WebDataset, state: StateDict | None) -> None:
+        if state is not None:
+            check_version(state, 1, "WebDataset")
+        self.source = node.source_datapipe
+        self.policy = node.policy
+        self._builder = SampleBuilder()
+        self._saved: StateDict | None = sub_state(state, "source")
+        self.source._restart(self._saved)
+        self._saved = None  # the live input state is the resume point until a sample ends
+
+    def next(self) -> dict[str, Any]:
+        builder = self._builder
+        while True:
+            before = self.source.state_dict()
+            try:
+                path, data = self.source.nonblocking_next()
+            except StopIteration:
+                self._saved = None
+                last = builder.flush()
+                if last is None:
+                    self.policy.end_of_stream()
+                    raise
+                self.policy.passed("WebDataset")
+                return last
+            url, member = split_member_path(path)
+            try:
+                finished = builder.add(url, member, data)
+            except SampleError as error:
+                self.policy.handle(error)
+                continue
+            if finished is not None:
+                self._saved = before  # resume re-reads the member that started this sample
+                self.policy.passed("WebDataset")
+                return finished
+
+    def state(self) -> StateDict:
+        source = self._saved if self._saved is not None else self.source.state_dict()
+        return {"version": 1, "source": source}
+
+    def close(self) -> None:
+        self._builder.flush()
+        self.source.close()
+
+
+register_functional("load_from_tar", TarArchiveLoader)
+register_functional("webdataset", WebDataset)

@@ -1,0 +1,48 @@
+"""How a DataLoader prepares a DataPipe graph for one worker on one rank.
+
+Every worker of every rank receives the same graph and the same shared seed, so random
+nodes (shuffles) agree on one order; then sharding keeps the worker's part of it. The
+split follows torch: worker ``w`` of rank ``r`` gets shard ``w * world_size + r`` of
+``num_workers * world_size``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from conveyor.datapipes.base import IterDataPipe, MapDataPipe
+from conveyor.graph_settings import apply_random_seed, apply_sharding
+
+
+def is_datapipe(dataset: object) -> bool:
+    return isinstance(dataset, (IterDataPipe, MapDataPipe))
+
+
+def prepare_graph(
+    dataset: Any,
+    worker_id: int,
+    num_workers: int,
+    shared_seed: int | None,
+    *,
+    world_size: int = 1,
+    rank: int = 0,
+    private_copy: bool = False,
+) -> Any:
+    """Seed and shard ``dataset`` for one consumer; returns the graph to iterate.
+
+    ``private_copy`` gives the consumer its own graph (thread workers share one process,
+    and sharding mutates nodes). Module-level so that spawn can pickle it.
+    """
+    if not is_datapipe(dataset):
+        return dataset
+    if private_copy:
+        dataset = copy.deepcopy(dataset)
+    if shared_seed is not None:
+        apply_random_seed(dataset, torch.Generator().manual_seed(shared_seed))
+    total = num_workers * world_size
+    if total > 1:
+        apply_sharding(dataset, total, worker_id * world_size + rank)
+    return dataset
