@@ -5,8 +5,9 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
-from conveyor.collate import default_collate, default_convert
+from conveyor.collate import collate, default_collate, default_convert
 from conveyor.dataloader import DataLoader
+from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
 from conveyor.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -34,10 +35,13 @@ __all__ = [
     "BatchSampler",
     "ChainDataset",
     "ConcatDataset",
+    "DataChunk",
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "IterDataPipe",
     "IterableDataset",
+    "MapDataPipe",
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
@@ -47,8 +51,10 @@ __all__ = [
     "TensorDataset",
     "WeightedRandomSampler",
     "WorkerInfo",
+    "collate",
     "default_collate",
     "default_convert",
+    "functional_datapipe",
     "get_worker_info",
     "random_split",
 ]
