@@ -27,6 +27,7 @@ from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.torch_compat import is_iterable_style
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
@@ -145,6 +146,8 @@ class DataLoader(Generic[T_co]):
         self._IterableDataset_len_called: int | None = None
         self._iterator: LoaderIterator | None = None
         self._collectives = RankCollectives()
+        self._resume: Resume | None = None
+        self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self.__initialized = True
         self.check_worker_number_rationality()
 
@@ -304,20 +307,54 @@ class DataLoader(Generic[T_co]):
             return None if loader is None else loader._IterableDataset_len_called
 
         plan = self._plan()
+        resume, self._resume = self._resume, None
         if plan.workers is None:
-            return SingleProcessIterator(plan, len_hint)
+            return SingleProcessIterator(plan, len_hint, resume)
         self.check_worker_number_rationality()
-        return MultiWorkerIterator(plan, len_hint)
+        return MultiWorkerIterator(plan, len_hint, resume)
 
     def __iter__(self) -> LoaderIterator:
         if not (self.persistent_workers and self.num_workers > 0):
-            return self._get_iterator()
-        iterator = self._iterator
-        if isinstance(iterator, MultiWorkerIterator):
+            iterator = self._get_iterator()
+        elif isinstance(self._iterator, MultiWorkerIterator) and self._resume is None:
+            iterator = self._iterator
             iterator.reset()
-            return iterator
-        self._iterator = self._get_iterator()
-        return self._iterator
+        else:
+            iterator = self._iterator = self._get_iterator()
+        self._epoch_iterator = weakref.ref(iterator)
+        return iterator
+
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> LoaderStateDict:
+        """Where the user is: resuming from it yields exactly the remaining batches.
+
+        Cheap (a few attribute reads): call it every step if you like. Counts only batches
+        the user received, not those prefetched. See docs/design/checkpointing.md.
+        """
+        iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
+        if iterator is not None and not iterator.finished:
+            return iterator.state_dict()
+        if self._resume is not None:
+            return self._resume.state  # loaded but not started yet
+        return {
+            "version": STATE_VERSION,
+            "in_epoch": False,
+            "generator": self.generator.get_state() if self.generator is not None else None,
+        }
+
+    def load_state_dict(self, state_dict: LoaderStateDict) -> None:
+        """Make the next ``iter(loader)`` continue from ``state_dict``."""
+        check_version(state_dict)
+        if not state_dict.get("in_epoch", False):
+            saved = state_dict.get("generator")
+            if saved is not None and self.generator is not None:
+                self.generator.set_state(saved)
+            self._resume = None
+        else:
+            self._resume = Resume(state_dict)
+        if isinstance(self._iterator, MultiWorkerIterator):
+            self._iterator.close()  # persistent workers restart from the checkpoint
+            self._iterator = None
 
     def __len__(self) -> int:
         if not self._iterable_style:

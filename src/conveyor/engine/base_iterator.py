@@ -8,6 +8,15 @@ from typing import Any
 
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.seeding import draw_base_seed
+from conveyor.state.loader_state import (
+    STATE_VERSION,
+    LoaderStateDict,
+    Resume,
+    capture_epoch_start,
+    check_version,
+    restore_epoch_start,
+    stateful_sampler,
+)
 from conveyor.transport.pinning import pin_memory, pin_memory_available
 
 
@@ -18,19 +27,84 @@ class LoaderIterator:
     ``len(loader)`` on an IterableDataset; exceeding it warns, as torch does.
     """
 
-    def __init__(self, plan: LoadPlan, len_hint: Callable[[], int | None]):
+    def __init__(
+        self,
+        plan: LoadPlan,
+        len_hint: Callable[[], int | None],
+        resume: Resume | None = None,
+    ):
         self._plan = plan
         self._len_hint = len_hint
-        self._num_yielded = 0
-        self._sampler_iter = iter(plan.index_sampler)
-        self._shared_seed = self._draw_shared_seed()
-        # torch draws this even without workers; drawing it here keeps the generator's
-        # stream, and so every shuffle, identical to torch's.
-        self._base_seed = draw_base_seed(plan.generator)
         self._pin: Callable[[Any], Any] | None = None
         if plan.pin_memory and pin_memory_available(plan.pin_memory_device):
             device = plan.pin_memory_device or None
             self._pin = lambda data: pin_memory(data, device)
+        self._begin_epoch(resume, draw_base_seed_now=True)
+
+    # ------------------------------------------------------------------ epochs
+    def _begin_epoch(self, resume: Resume | None, draw_base_seed_now: bool) -> None:
+        """Start an epoch: RNG snapshot, sampler iterator, seeds, then skip what a
+        checkpoint says was delivered. Draw order is torch's: iter(sampler), shared
+        seed, base seed, then the sampler's own draws on its first ``next``."""
+        plan = self._plan
+        if resume is not None:
+            check_version(resume.state)
+            restore_epoch_start(resume.state, plan.generator, stateful_sampler(plan))
+            draw_base_seed_now = resume.state.get("drew_base_seed", True)
+        self._epoch_start = capture_epoch_start(plan.generator, stateful_sampler(plan))
+        self._sampler_iter = iter(plan.index_sampler)
+        self._position = 0  # index requests taken from the sampler this epoch
+        self._num_yielded = 0
+        self._shared_seed = self._draw_shared_seed()
+        self._drew_base_seed = draw_base_seed_now
+        if draw_base_seed_now:
+            # torch draws this even without workers; drawing it here keeps the
+            # generator's stream, and so every shuffle, identical to torch's.
+            self._base_seed = draw_base_seed(plan.generator)
+        elif resume is not None:
+            self._base_seed = int(resume.state["base_seed"])
+        self._skip: set[int] = set()
+        self.finished = False
+        if resume is not None:
+            self._skip_delivered(resume)
+
+    def _skip_delivered(self, resume: Resume) -> None:
+        for _ in range(resume.yielded):
+            try:
+                next(self._sampler_iter)
+            except StopIteration:
+                break
+            self._position += 1
+        self._num_yielded = resume.yielded
+        self._skip = set(resume.state.get("delivered_ahead", ()))
+
+    def state_dict(self) -> LoaderStateDict:
+        """Where the user is in this epoch: cheap (no copies), called between batches."""
+        start = self._epoch_start
+        return {
+            "version": STATE_VERSION,
+            "in_epoch": True,
+            "generator": start.generator,
+            "global_rng": start.global_rng,
+            "sampler": start.sampler,
+            "drew_base_seed": self._drew_base_seed,
+            "base_seed": self._base_seed,
+            "shared_seed": self._shared_seed,
+            "yielded": self._num_yielded,
+            "delivered_ahead": [],
+            "dataset": None,
+            "workers": None,
+        }
+
+    def _next_request(self) -> tuple[int, Any]:
+        """The next ``(position, request)`` of this epoch; raises StopIteration at the end."""
+        while True:
+            request = next(self._sampler_iter)
+            position = self._position
+            self._position += 1
+            if position not in self._skip:
+                return position, request
+            self._skip.discard(position)
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -46,10 +120,14 @@ class LoaderIterator:
 
     def __next__(self) -> Any:
         all_ranks_have = self._plan.all_ranks_have
-        if all_ranks_have is None:
-            data = self._next_data()
-        else:
-            data = self._next_data_in_step(all_ranks_have)
+        try:
+            if all_ranks_have is None:
+                data = self._next_data()
+            else:
+                data = self._next_data_in_step(all_ranks_have)
+        except StopIteration:
+            self.finished = True
+            raise
         self._num_yielded += 1
         if self._plan.iterable_style:
             self._check_len_hint()
@@ -93,7 +171,5 @@ class LoaderIterator:
         return None if draw is None else draw(self._plan.generator)
 
     def _reset(self) -> None:
-        """Start a new epoch on the same iterator (persistent workers)."""
-        self._sampler_iter = iter(self._plan.index_sampler)
-        self._num_yielded = 0
-        self._shared_seed = self._draw_shared_seed()
+        """Start a new epoch on the same iterator (persistent workers keep their seeds)."""
+        self._begin_epoch(None, draw_base_seed_now=False)

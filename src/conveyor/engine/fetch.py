@@ -55,6 +55,11 @@ class IterableFetcher:
         self._iterator: Iterator[Any] | None = None
         self.ended = False
 
+    @property
+    def started(self) -> bool:
+        """Whether this epoch's iterator over the dataset exists yet."""
+        return self._iterator is not None
+
     def fetch(self, request: Any) -> Any:
         if self.ended:
             raise StopIteration

@@ -6,22 +6,49 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.fetch import make_fetcher
+from conveyor.engine.fetch import IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
+from conveyor.state.loader_state import LoaderStateDict, Resume
+from conveyor.state.protocol import has_state
 
 
 class SingleProcessIterator(LoaderIterator):
-    def __init__(self, plan: LoadPlan, len_hint: Callable[[], int | None]):
-        super().__init__(plan, len_hint)
+    def __init__(
+        self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
+    ):
+        super().__init__(plan, len_hint, resume)
         dataset = plan.dataset
         if plan.graph_hook is not None:
             dataset = plan.graph_hook(dataset, 0, 1, self._shared_seed)
+        self._dataset = dataset
         self._fetcher = make_fetcher(
             plan.iterable_style, dataset, plan.auto_collation, plan.collate_fn, plan.drop_last
         )
+        if resume is not None and plan.iterable_style:
+            self._resume_stream(resume)
+
+    def _resume_stream(self, resume: Resume) -> None:
+        """Streams seek with their own state when they have one; otherwise replay."""
+        saved = resume.state.get("dataset")
+        if saved is not None and has_state(self._dataset):
+            self._dataset.load_state_dict(saved)
+            return
+        for _ in range(resume.yielded):  # no state: read and drop, as torch users must
+            try:
+                self._fetcher.fetch(next(self._sampler_iter))
+            except StopIteration:
+                break
+
+    def state_dict(self) -> LoaderStateDict:
+        state = super().state_dict()
+        fetcher = self._fetcher
+        started = isinstance(fetcher, IterableFetcher) and fetcher.started
+        if started and has_state(self._dataset):
+            state["dataset"] = self._dataset.state_dict()
+        return state
 
     def _next_data(self) -> Any:
-        request = next(self._sampler_iter)  # may raise StopIteration: the epoch is over
+        _, request = self._next_request()  # may raise StopIteration: the epoch is over
         data = self._fetcher.fetch(request)  # may raise StopIteration: the stream is over
         if self._pin is not None:
             data = self._pin(data)

@@ -1,0 +1,107 @@
+"""What a DataLoader checkpoint holds, and how an epoch's start is captured and replayed.
+
+An epoch is replayed, never re-read: the checkpoint keeps the random-number state from
+*before* the epoch drew anything (its seeds, its shuffle) and how many batches the user
+received. Resuming restores that state, lets the epoch draw the same seeds and the same
+shuffle again, and skips the indices already delivered without loading any data. For
+streams (iterable-style datasets, DataPipes) it keeps each worker's dataset state as of
+the last batch the user received from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import torch
+
+from conveyor.state.protocol import has_state
+
+STATE_VERSION = 1
+
+
+class WorkerStreams(TypedDict):
+    """Streams read by workers: each worker's dataset state and the round-robin cursor."""
+
+    num_workers: int
+    states: list[Any]  # per worker: dataset state after its last delivered batch, or None
+    active: list[bool]  # False once a worker's stream has ended this epoch
+    next_worker: int  # the worker whose batch the user receives next
+
+
+class LoaderStateDict(TypedDict, total=False):
+    version: int
+    in_epoch: bool  # False: between epochs (the next iter() starts a fresh epoch)
+    generator: torch.Tensor | None  # loader generator state before the epoch drew
+    global_rng: torch.Tensor | None  # torch's global RNG state, when no generator was given
+    sampler: Any  # the index sampler's own state before the epoch, if it has one
+    drew_base_seed: bool  # False: a persistent-workers epoch reusing its first base seed
+    base_seed: int
+    shared_seed: int | None
+    yielded: int  # batches the user received this epoch
+    delivered_ahead: list[int]  # in_order=False: positions >= yielded already delivered
+    dataset: Any  # single process, streams: the dataset's state
+    workers: WorkerStreams | None
+
+
+@dataclass
+class EpochStart:
+    """Captured when an epoch starts, before it draws anything."""
+
+    generator: torch.Tensor | None
+    global_rng: torch.Tensor | None
+    sampler: Any
+
+
+@dataclass
+class Resume:
+    """A checkpoint being applied to the next epoch."""
+
+    state: LoaderStateDict
+    skip_positions: set[int] = field(default_factory=set)
+
+    @property
+    def yielded(self) -> int:
+        return int(self.state.get("yielded", 0))
+
+
+def stateful_sampler(plan: Any) -> object:
+    """The index sampler, or the sampler inside a BatchSampler, that keeps its own state."""
+    index_sampler = plan.index_sampler
+    if has_state(index_sampler):
+        return index_sampler
+    inner = getattr(index_sampler, "sampler", None)
+    return inner if has_state(inner) else None
+
+
+def capture_epoch_start(generator: torch.Generator | None, sampler: object) -> EpochStart:
+    """Cheap (one RNG-state copy): called once per epoch, not per state_dict()."""
+    return EpochStart(
+        generator=generator.get_state() if generator is not None else None,
+        global_rng=torch.get_rng_state() if generator is None else None,
+        sampler=sampler.state_dict() if has_state(sampler) else None,  # type: ignore[attr-defined]
+    )
+
+
+def restore_epoch_start(
+    state: LoaderStateDict, generator: torch.Generator | None, sampler: object
+) -> None:
+    """Put the RNGs (and a stateful sampler) back where the checkpointed epoch began."""
+    saved_generator = state.get("generator")
+    if generator is not None and saved_generator is not None:
+        generator.set_state(saved_generator)
+    saved_global = state.get("global_rng")
+    if generator is None and saved_global is not None:
+        torch.set_rng_state(saved_global)
+    saved_sampler = state.get("sampler")
+    if saved_sampler is not None and has_state(sampler):
+        sampler.load_state_dict(saved_sampler)  # type: ignore[attr-defined]
+
+
+def check_version(state: LoaderStateDict) -> None:
+    version = state.get("version")
+    if version != STATE_VERSION:
+        raise ValueError(
+            f"DataLoader state_dict has version {version!r}; this conveyor reads version "
+            f"{STATE_VERSION}. Was it saved by a different library or release?"
+        )

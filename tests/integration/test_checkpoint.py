@@ -1,0 +1,190 @@
+"""Checkpoint anywhere, resume in a fresh loader: the rest of the run is unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from conveyor import DataLoader, IterableDataset
+from conveyor.datapipes.iter import IterableWrapper
+
+from sample_datasets import Range
+
+
+def _plain(batch: Any) -> Any:
+    return batch.tolist() if isinstance(batch, torch.Tensor) else batch
+
+
+def check_resume_everywhere(
+    make: Callable[[], DataLoader[Any]], epochs: int = 2, positions: list[int] | None = None
+) -> None:
+    """For every position k of epoch 1 (the second), resume from a state taken there."""
+    reference_loader = make()
+    reference = [[_plain(b) for b in reference_loader] for _ in range(epochs)]
+    flat = [b for epoch in reference for b in epoch]
+    per_epoch = len(reference[0])
+    assert reference[0] != [] and len(flat) == per_epoch * epochs
+    for k in positions if positions is not None else range(per_epoch + 1):
+        loader = make()
+        list(loader)  # epoch 0 in full
+        it = iter(loader)
+        got = [_plain(next(it)) for _ in range(k)]
+        state = loader.state_dict()
+        del it
+        resumed = make()
+        resumed.load_state_dict(state)
+        rest = [_plain(b) for b in resumed]
+        assert got + rest == reference[1], f"resume at batch {k}"
+        # and the epoch after the resumed one is the uninterrupted run's next epoch too
+        if epochs > 2:
+            assert [_plain(b) for b in resumed] == reference[2]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_single_process_map_style(shuffle: bool, batch_size: int | None) -> None:
+    check_resume_everywhere(
+        lambda: DataLoader(
+            Range(10),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(1),
+        ),
+        epochs=3,
+    )
+
+
+def test_global_rng_shuffle_resumes() -> None:
+    """No generator: the shuffle comes from torch's global RNG, which the state restores."""
+
+    def make() -> DataLoader[Any]:
+        return DataLoader(Range(9), batch_size=2, shuffle=True)
+
+    torch.manual_seed(5)
+    loader = make()
+    it = iter(loader)
+    first = [next(it).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    rest = [b.tolist() for b in it]
+    torch.manual_seed(123)  # whatever happened meanwhile
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert first + [b.tolist() for b in resumed] == first + rest
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_multi_worker_map_style(worker_type: str, persistent: bool) -> None:
+    check_resume_everywhere(
+        lambda: DataLoader(
+            Range(14),
+            batch_size=3,
+            shuffle=True,
+            num_workers=2,
+            worker_type=worker_type,
+            persistent_workers=persistent,
+            generator=torch.Generator().manual_seed(2),
+        ),
+        positions=[0, 1, 3, 5],
+    )
+
+
+@pytest.mark.parametrize(("before", "after"), [(0, 2), (2, 0), (2, 1)])
+def test_map_style_resumes_with_a_different_worker_count(before: int, after: int) -> None:
+    def make(num_workers: int) -> DataLoader[Any]:
+        return DataLoader(
+            Range(20),
+            batch_size=4,
+            shuffle=True,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(8),
+        )
+
+    reference = [b.tolist() for b in make(before)]
+    loader = make(before)
+    it = iter(loader)
+    got = [next(it).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    del it
+    resumed = make(after)
+    resumed.load_state_dict(state)
+    assert got + [b.tolist() for b in resumed] == reference
+
+
+def test_state_counts_only_delivered_batches() -> None:
+    loader = DataLoader(Range(40), batch_size=2, num_workers=2, prefetch_factor=4)
+    it = iter(loader)
+    next(it)
+    next(it)  # workers have prefetched far more than two batches by now
+    assert loader.state_dict()["yielded"] == 2
+    del it
+
+
+class CountingStream(IterableDataset[int]):
+    """A stream that can seek: its state is the next number."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.next_value = 0
+        self.seeks = 0
+
+    def __iter__(self) -> Any:
+        while self.next_value < self.n:
+            value = self.next_value
+            self.next_value += 1
+            yield value
+        self.next_value = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": 1, "next": self.next_value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_value = state["next"]
+        self.seeks += 1
+
+
+def test_single_process_stream_seeks_instead_of_replaying() -> None:
+    loader = DataLoader(CountingStream(10), batch_size=3)
+    it = iter(loader)
+    first = [next(it).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    del it
+    stream = CountingStream(10)
+    resumed = DataLoader(stream, batch_size=3)
+    resumed.load_state_dict(state)
+    assert first + [b.tolist() for b in resumed] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert stream.seeks == 1
+
+
+def test_single_process_datapipe_graph() -> None:
+    def make() -> DataLoader[Any]:
+        dp = IterableWrapper(range(12)).shuffle(buffer_size=5).map(lambda x: x * 2)
+        return DataLoader(
+            dp, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(4)
+        )
+
+    check_resume_everywhere(make)
+
+
+def test_state_between_epochs_continues_with_the_next_epoch() -> None:
+    def make() -> DataLoader[Any]:
+        return DataLoader(
+            Range(6), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(0)
+        )
+
+    loader = make()
+    list(loader)
+    state = loader.state_dict()
+    assert state["in_epoch"] is False
+    expected = [b.tolist() for b in loader]
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == expected
+
+
+def test_bad_state_version_is_rejected() -> None:
+    with pytest.raises(ValueError, match="version"):
+        DataLoader(Range(3)).load_state_dict({"version": 99})  # type: ignore[typeddict-item]
