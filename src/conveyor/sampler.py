@@ -134,7 +134,7 @@ class RandomSampler(_ChunkedSampler):
         n = len(self.data_source)
         if n == 0:
             raise ValueError("RandomSampler cannot draw num_samples from an empty data_source")
-        generator = self.generator if self.generator is not None else _own_generator()
+        generator = self._epoch_generator()
         count = self.num_samples
         if self.replacement:
             full, rest = divmod(count, _REPLACEMENT_DRAW)
@@ -145,6 +145,10 @@ class RandomSampler(_ChunkedSampler):
             yield torch.randperm(n, generator=generator).tolist()
         # torch draws this last permutation even when it keeps none of it.
         yield torch.randperm(n, generator=generator)[: count % n].tolist()
+
+    def _epoch_generator(self) -> torch.Generator:
+        """The generator this iteration draws from (a hook for stateful subclasses)."""
+        return self.generator if self.generator is not None else _own_generator()
 
     def __len__(self) -> int:
         return self.num_samples

@@ -13,6 +13,7 @@ from conveyor.state.loader_state import (
     LoaderStateDict,
     Resume,
     capture_epoch_start,
+    capture_sampler_start,
     check_version,
     restore_epoch_start,
     stateful_sampler,
@@ -51,8 +52,9 @@ class LoaderIterator:
             check_version(resume.state)
             restore_epoch_start(resume.state, plan.generator, stateful_sampler(plan))
             draw_base_seed_now = resume.state.get("drew_base_seed", True)
-        self._epoch_start = capture_epoch_start(plan.generator, stateful_sampler(plan))
+        self._epoch_start = capture_epoch_start(plan.generator)
         self._sampler_iter = iter(plan.index_sampler)
+        capture_sampler_start(self._epoch_start, stateful_sampler(plan))
         self._position = 0  # index requests taken from the sampler this epoch
         self._num_yielded = 0
         self._shared_seed = self._draw_shared_seed()

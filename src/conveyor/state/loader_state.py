@@ -74,13 +74,19 @@ def stateful_sampler(plan: Any) -> object:
     return inner if has_state(inner) else None
 
 
-def capture_epoch_start(generator: torch.Generator | None, sampler: object) -> EpochStart:
-    """Cheap (one RNG-state copy): called once per epoch, not per state_dict()."""
+def capture_epoch_start(generator: torch.Generator | None) -> EpochStart:
+    """Before the epoch's ``iter(sampler)``: one RNG-state copy per epoch, not per call."""
     return EpochStart(
         generator=generator.get_state() if generator is not None else None,
         global_rng=torch.get_rng_state() if generator is None else None,
-        sampler=sampler.state_dict() if has_state(sampler) else None,  # type: ignore[attr-defined]
+        sampler=None,
     )
+
+
+def capture_sampler_start(start: EpochStart, sampler: object) -> None:
+    """Right after ``iter(sampler)``: a stateful sampler's state at position 0."""
+    if has_state(sampler):
+        start.sampler = sampler.state_dict()  # type: ignore[attr-defined]
 
 
 def restore_epoch_start(

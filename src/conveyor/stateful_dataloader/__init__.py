@@ -1,0 +1,9 @@
+"""Drop-in for ``torchdata.stateful_dataloader``: `StatefulDataLoader` and its samplers.
+
+conveyor's own `DataLoader` already checkpoints exactly at any step, so
+`StatefulDataLoader` is that loader with torchdata's constructor.
+"""
+
+from conveyor.stateful_dataloader.loader import StatefulDataLoader
+
+__all__ = ["StatefulDataLoader"]
