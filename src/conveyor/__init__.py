@@ -5,9 +5,10 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
-from conveyor.collate import collate, default_collate, default_convert
+from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
 from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
+from conveyor.datapipes.iter.shards import TarShards
 from conveyor.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -48,10 +49,10 @@ __all__ = [
     "StackDataset",
     "Subset",
     "SubsetRandomSampler",
+    "TarShards",
     "TensorDataset",
     "WeightedRandomSampler",
     "WorkerInfo",
-    "collate",
     "default_collate",
     "default_convert",
     "functional_datapipe",

@@ -8,6 +8,18 @@ from conveyor.datapipes.iter.combinatorics import Shuffler
 from conveyor.datapipes.iter.combining import Concater, GreedyJoiner, Multiplexer, Zipper
 from conveyor.datapipes.iter.converting import IterToMapConverter
 from conveyor.datapipes.iter.grouping import Batcher, Grouper, UnBatcher
+from conveyor.datapipes.iter.loading import (
+    FileLister,
+    FileOpener,
+    RoutedDecoder,
+    ShardLister,
+    StreamReader,
+    TarArchiveLoader,
+    TarMemberPath,
+    TarShards,
+    WebDataset,
+    extension_extract_fn,
+)
 from conveyor.datapipes.iter.offloading import Prefetcher, ProcessRunner
 from conveyor.datapipes.iter.repeating import Cycler, InMemoryCacheHolder, Repeater
 from conveyor.datapipes.iter.selecting import Filter, Header
@@ -22,6 +34,9 @@ __all__ = [
     "Concater",
     "Cycler",
     "Demultiplexer",
+    "extension_extract_fn",
+    "FileLister",
+    "FileOpener",
     "Filter",
     "FlatMapper",
     "Forker",
@@ -29,19 +44,26 @@ __all__ = [
     "Grouper",
     "Header",
     "InMemoryCacheHolder",
+    "IterableWrapper",
     "IterDataPipe",
     "IterToMapConverter",
-    "IterableWrapper",
     "Mapper",
     "Multiplexer",
+    "pad_batch",
     "PaddedBatcher",
     "Prefetcher",
     "ProcessRunner",
     "Repeater",
+    "RoutedDecoder",
     "SHARDING_PRIORITIES",
-    "Shuffler",
     "ShardingFilter",
+    "ShardLister",
+    "Shuffler",
+    "StreamReader",
+    "TarArchiveLoader",
+    "TarMemberPath",
+    "TarShards",
     "UnBatcher",
+    "WebDataset",
     "Zipper",
-    "pad_batch",
 ]

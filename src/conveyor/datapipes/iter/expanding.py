@@ -94,7 +94,6 @@ class ExpandingCursor(Cursor[T]):
                 self._finish()
                 self.policy.handle(error)
                 continue
-            self.policy.passed(self.who)
             return value
 
     def state(self) -> StateDict:

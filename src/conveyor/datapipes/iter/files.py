@@ -98,7 +98,8 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
     ``block_size`` ranges (never downloaded whole) or, with a `ShardCache`, read from and
     copied into a local cache. A file that cannot be opened raises `SampleError` naming
     it, or is counted and skipped under ``on_error="skip"`` (or an `ErrorPolicy`).
-    Streams belong to the consumer; the last one is closed when the run ends.
+    Streams belong to the consumer, who closes them (``load_from_tar`` and
+    ``read_from_stream`` close each stream when done with it or when their run ends).
     """
 
     def __init__(
@@ -144,7 +145,6 @@ class _OpenerCursor(SourceCursor[tuple[str, IO[Any]]]):
         super().__init__(node.datapipe, state, "FileOpener")
         self._open = node._open
         self._policy = node.policy
-        self._last: IO[Any] | None = None
 
     def next(self) -> tuple[str, IO[Any]]:
         while True:
@@ -155,18 +155,11 @@ class _OpenerCursor(SourceCursor[tuple[str, IO[Any]]]):
                 raise
             try:
                 stream = self._open(path)
-            except OSError as error:
-                self._policy.handle(SampleError(f"cannot open: {error}", str(path)))
+            except Exception as error:  # OSError, or an HTTP/S3 client error
+                reason = f"cannot open: {type(error).__name__}: {error}"
+                self._policy.handle(SampleError(reason, str(path)))
                 continue
-            self._last = stream
-            self._policy.passed("FileOpener")
             return path, stream
-
-    def close(self) -> None:
-        last, self._last = self._last, None
-        if last is not None:
-            last.close()
-        super().close()
 
 
 class StreamReader(IterDataPipe[tuple[str, bytes]]):

@@ -98,13 +98,17 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
     def expand(self, item: Any, position: Any) -> Expansion[tuple[str, Any]]:
         url, raw = item
         url = str(url)
+        self.policy.cut_short.discard(url)
         try:
             stream = open_archive(raw, url)
             for member in read_members(stream, url, int(position or 0)):
                 data = io.BytesIO(member.data) if self._as_stream else member.data
                 yield (TarMemberPath(url, member.name), data), member.end
-        except OSError as error:  # network or decompression failure mid-archive
-            raise SampleError(f"cannot read archive: {error}", url) from error
+        except SampleError:
+            raise
+        except Exception as error:  # network or decompression failure mid-archive
+            reason = f"cannot read archive: {type(error).__name__}: {error}"
+            raise SampleError(reason, url) from error
 
     def release(self, item: Any) -> None:
         item[1].close()
@@ -119,7 +123,8 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
     extension is the rest, without a leading dot. (torchdata's ``webdataset`` used
     ``".ext"`` keys and put the archive path into ``__key__``; this follows the library
     whose shards it reads.) A repeated extension raises `SampleError`, or is skipped and
-    counted under ``on_error="skip"``.
+    counted under ``on_error="skip"``; with the same policy as ``load_from_tar``, the last
+    sample of a shard cut short by a skipped error is dropped too (it may be incomplete).
     """
 
     def __init__(
@@ -142,9 +147,8 @@ class _GroupCursor(Cursor[dict[str, Any]]):
         self.source = node.source_datapipe
         self.policy = node.policy
         self._builder = SampleBuilder()
-        self._saved: StateDict | None = sub_state(state, "source")
-        self.source._restart(self._saved)
-        self._saved = None  # the live input state is the resume point until a sample ends
+        self.source._restart(sub_state(state, "source"))
+        self._start: StateDict | None = None  # input state before the sample in progress
 
     def next(self) -> dict[str, Any]:
         builder = self._builder
@@ -153,26 +157,37 @@ class _GroupCursor(Cursor[dict[str, Any]]):
             try:
                 path, data = self.source.nonblocking_next()
             except StopIteration:
-                self._saved = None
-                last = builder.flush()
+                last = self._complete(builder.flush())
                 if last is None:
                     self.policy.end_of_stream()
                     raise
                 self.policy.passed("WebDataset")
                 return last
             url, member = split_member_path(path)
+            started = builder.current
             try:
                 finished = builder.add(url, member, data)
             except SampleError as error:
                 self.policy.handle(error)
                 continue
+            if builder.current is not None and builder.current is not started:
+                self._start = before  # resuming re-reads the member that began this sample
+            finished = self._complete(finished)
             if finished is not None:
-                self._saved = before  # resume re-reads the member that started this sample
                 self.policy.passed("WebDataset")
                 return finished
 
+    def _complete(self, sample: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``sample``, unless it is the last one of a shard that was cut short."""
+        cut = self.policy.cut_short
+        if sample is None or not cut or sample["__url__"] not in cut:
+            return sample
+        cut.discard(sample["__url__"])
+        return None
+
     def state(self) -> StateDict:
-        source = self._saved if self._saved is not None else self.source.state_dict()
+        in_progress = self._builder.current is not None and self._start is not None
+        source = self._start if in_progress else self.source.state_dict()
         return {"version": 1, "source": source}
 
     def close(self) -> None:

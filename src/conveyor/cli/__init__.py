@@ -1,0 +1,1 @@
+"""The ``conveyor`` command line: ``conveyor shards write|inspect`` (``conveyor bench`` later)."""

@@ -1,0 +1,32 @@
+"""Storage: list and open local and remote files (fsspec), and cache remote shards locally.
+
+Local paths need only the standard library; remote URLs need ``pip install conveyor[remote]``.
+This package never imports torch.
+"""
+
+from conveyor.storage.cache import ShardCache
+from conveyor.storage.filesystems import (
+    DEFAULT_BLOCK_BYTES,
+    FileSystem,
+    get_filesystem,
+    is_local,
+    list_files,
+    open_url,
+    release_connections,
+    scheme_of,
+)
+from conveyor.storage.patterns import expand_braces, resolve_urls
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "FileSystem",
+    "ShardCache",
+    "expand_braces",
+    "get_filesystem",
+    "is_local",
+    "list_files",
+    "open_url",
+    "release_connections",
+    "resolve_urls",
+    "scheme_of",
+]

