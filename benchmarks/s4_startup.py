@@ -73,10 +73,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for context in args.contexts.split(","):
-        if context == "thread":
-            theirs_context = "fork"  # torch has no thread workers: compare with its best
-        else:
-            theirs_context = context
+        # torch has no thread workers: compare those with its best, fork
+        theirs_context = "fork" if context == "thread" else context
         epoch2 = Comparison(f"{context} epoch-2 first batch", "s")
         cold = Comparison(
             f"{context} cold first batch ({args.num_workers}w, {args.fat_mb} MB)", "s"
@@ -84,13 +82,15 @@ def main() -> None:
         results_ours: list[tuple[float, float]] = []
         results_theirs: list[tuple[float, float]] = []
 
-        def ours(context: str = context) -> float:
-            results_ours.append(_measure(True, context, args.num_workers, args.fat_mb))
-            return results_ours[-1][0]
+        def ours(context: str = context, out: list[tuple[float, float]] = results_ours) -> float:
+            out.append(_measure(True, context, args.num_workers, args.fat_mb))
+            return out[-1][0]
 
-        def theirs(context: str = theirs_context) -> float:
-            results_theirs.append(_measure(False, context, args.num_workers, args.fat_mb))
-            return results_theirs[-1][0]
+        def theirs(
+            context: str = theirs_context, out: list[tuple[float, float]] = results_theirs
+        ) -> float:
+            out.append(_measure(False, context, args.num_workers, args.fat_mb))
+            return out[-1][0]
 
         a, b = interleave(args.reps, ours, theirs)
         for x, y in zip(a, b, strict=True):

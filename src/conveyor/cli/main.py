@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS: list[str] = ["shards"]
+COMMANDS: list[str] = ["shards", "bench"]
 """Subcommand modules under ``conveyor.cli``, in help order."""
 
 
