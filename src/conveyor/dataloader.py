@@ -28,6 +28,7 @@ from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
+from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import is_iterable_style
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
@@ -148,6 +149,7 @@ class DataLoader(Generic[T_co]):
         self._collectives = RankCollectives()
         self._resume: Resume | None = None
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
+        self._epoch_clock: StepClock | None = None
         self.__initialized = True
         self.check_worker_number_rationality()
 
@@ -322,7 +324,15 @@ class DataLoader(Generic[T_co]):
         else:
             iterator = self._iterator = self._get_iterator()
         self._epoch_iterator = weakref.ref(iterator)
+        self._epoch_clock = iterator.clock
         return iterator
+
+    # ---------------------------------------------------------- observability
+    def stats(self) -> LoaderStats:
+        """Counters of the current (or last) epoch: throughput, time spent waiting for
+        data versus computing, and per-worker busy time. ``stats().summary()`` says in
+        one line whether the loader is the bottleneck."""
+        return (self._epoch_clock or StepClock()).snapshot()
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> LoaderStateDict:

@@ -18,6 +18,7 @@ from conveyor.state.loader_state import (
     restore_epoch_start,
     stateful_sampler,
 )
+from conveyor.stats.counters import StepClock
 from conveyor.transport.pinning import pin_memory, pin_memory_available
 
 
@@ -67,6 +68,8 @@ class LoaderIterator:
             self._base_seed = int(resume.state["base_seed"])
         self._skip: set[int] = set()
         self.finished = False
+        self.clock = StepClock()
+        self._samples_per_batch = getattr(plan.index_sampler, "batch_size", None) or 1
         if resume is not None:
             self._skip_delivered(resume)
 
@@ -121,6 +124,8 @@ class LoaderIterator:
         raise NotImplementedError
 
     def __next__(self) -> Any:
+        clock = self.clock
+        entered = clock.enter()
         all_ranks_have = self._plan.all_ranks_have
         try:
             if all_ranks_have is None:
@@ -130,6 +135,7 @@ class LoaderIterator:
         except StopIteration:
             self.finished = True
             raise
+        clock.leave(entered, self._samples_per_batch)
         self._num_yielded += 1
         if self._plan.iterable_style:
             self._check_len_hint()

@@ -1,0 +1,5 @@
+"""Opt-out counters: is the loader the bottleneck? (``loader.stats()``)."""
+
+from conveyor.stats.counters import LoaderStats, StepClock, WorkerStats
+
+__all__ = ["LoaderStats", "StepClock", "WorkerStats"]

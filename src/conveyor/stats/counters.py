@@ -1,0 +1,125 @@
+"""Cheap counters kept while loading, and the verdict they support.
+
+The training loop alternates between waiting inside ``next(loader)`` and computing
+between calls. `StepClock` splits wall time into those two parts with two
+``perf_counter`` reads per batch; workers report how long they were busy fetching.
+If the loop spends a sizeable share of its time waiting for data, the loader is the
+bottleneck; otherwise the model is.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# Above this share of wall time spent waiting in next(), the loader limits training.
+BOTTLENECK_WAIT_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker's work this epoch."""
+
+    worker_id: int
+    batches: int
+    busy_s: float  # time spent fetching and collating
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """A snapshot of the current (or last) epoch, from ``DataLoader.stats()``."""
+
+    batches: int
+    samples: int
+    wait_s: float  # time the training loop spent inside next()
+    compute_s: float  # time between next() calls (the training step)
+    workers: tuple[WorkerStats, ...] = field(default_factory=tuple)
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.wait_s + self.compute_s
+
+    @property
+    def wait_share(self) -> float:
+        """Fraction of the loop's time spent waiting for data (0 to 1)."""
+        return self.wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def loader_is_bottleneck(self) -> bool:
+        return self.wait_share > BOTTLENECK_WAIT_SHARE
+
+    def slowest_worker(self) -> WorkerStats | None:
+        busy = [w for w in self.workers if w.batches]
+        return max(busy, key=lambda w: w.busy_s / w.batches) if busy else None
+
+    def summary(self) -> str:
+        """One line: throughput, data-wait share, and what limits training."""
+        head = (
+            f"{self.batches} batches, {self.samples_per_s:,.0f} samples/s, "
+            f"waiting for data {self.wait_share:.0%} of the time"
+        )
+        if not self.batches:
+            return head + ": nothing loaded yet"
+        if not self.loader_is_bottleneck:
+            return head + ": the loader keeps up; the training step is the bottleneck"
+        verdict = head + ": the loader is the bottleneck"
+        slowest = self.slowest_worker()
+        if slowest is not None:
+            per_batch_ms = 1e3 * slowest.busy_s / slowest.batches
+            verdict += (
+                f" (workers busy {per_batch_ms:.1f} ms per batch; slowest worker "
+                f"{slowest.worker_id}): add workers or make __getitem__/collate cheaper"
+            )
+        return verdict
+
+
+class StepClock:
+    """Splits the loop's wall time into waiting (inside next) and computing (between)."""
+
+    __slots__ = (
+        "_last_exit",
+        "_worker_batches",
+        "_worker_busy",
+        "batches",
+        "compute_s",
+        "samples",
+        "wait_s",
+    )
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.samples = 0
+        self.wait_s = 0.0
+        self.compute_s = 0.0
+        self._last_exit: float | None = None
+        self._worker_batches: dict[int, int] = {}
+        self._worker_busy: dict[int, float] = {}
+
+    def worker_did(self, worker_id: int, busy_s: float) -> None:
+        """A worker reported one task that kept it busy for ``busy_s``."""
+        self._worker_batches[worker_id] = self._worker_batches.get(worker_id, 0) + 1
+        self._worker_busy[worker_id] = self._worker_busy.get(worker_id, 0.0) + busy_s
+
+    def enter(self) -> float:
+        now = time.perf_counter()
+        if self._last_exit is not None:
+            self.compute_s += now - self._last_exit
+        return now
+
+    def leave(self, entered: float, samples: int) -> None:
+        now = time.perf_counter()
+        self.wait_s += now - entered
+        self._last_exit = now
+        self.batches += 1
+        self.samples += samples
+
+    def snapshot(self) -> LoaderStats:
+        workers = tuple(
+            WorkerStats(w, self._worker_batches[w], self._worker_busy[w])
+            for w in sorted(self._worker_batches)
+        )
+        return LoaderStats(self.batches, self.samples, self.wait_s, self.compute_s, workers)

@@ -1,0 +1,56 @@
+"""loader.stats(): throughput, data-wait share, and the bottleneck verdict."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conveyor import DataLoader
+
+
+class SlowItems:
+    """Each item costs ``cost_s`` of work (a stand-in for decoding)."""
+
+    def __init__(self, n: int, cost_s: float):
+        self.n = n
+        self.cost_s = cost_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        deadline = time.perf_counter() + self.cost_s
+        while time.perf_counter() < deadline:
+            pass
+        return i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_slow_loader_is_reported_as_the_bottleneck(num_workers: int) -> None:
+    loader = DataLoader(SlowItems(24, 0.004), batch_size=4, num_workers=num_workers)
+    for _ in loader:
+        pass  # a training step that costs nothing
+    stats = loader.stats()
+    assert stats.batches == 6 and stats.samples == 24
+    assert stats.loader_is_bottleneck
+    assert stats.wait_share > 0.5
+    assert "the loader is the bottleneck" in stats.summary()
+
+
+def test_slow_training_step_is_reported_as_the_bottleneck() -> None:
+    loader = DataLoader(SlowItems(20, 0.0), batch_size=4)
+    for _ in loader:
+        deadline = time.perf_counter() + 0.01  # the training step
+        while time.perf_counter() < deadline:
+            pass
+    stats = loader.stats()
+    assert not stats.loader_is_bottleneck
+    assert stats.compute_s > stats.wait_s
+    assert "training step is the bottleneck" in stats.summary()
+    assert stats.samples_per_s > 0
+
+
+def test_stats_before_iterating() -> None:
+    stats = DataLoader(SlowItems(3, 0.0)).stats()
+    assert stats.batches == 0 and "nothing loaded yet" in stats.summary()
