@@ -3,12 +3,20 @@
 Messages are plain tuples (cheap to pickle); these constants name their fields.
 To a worker: ``(TASK, task_id, request)``, ``(RESUME, shared_seed)`` or ``None`` (stop).
 From a worker: ``(task_id, status, payload)``.
+
+Process workers' pipes also carry the slab transport's own messages, which never reach the
+worker loop or the iterator: ``(RELEASE, slab_ids)`` and ``(OVERFLOW, seq)`` to a worker,
+and framed results with stall requests from it (see `conveyor.transport.protocol`).
 """
 
 from __future__ import annotations
 
+from conveyor.transport import protocol
+
 TASK = 0
 RESUME = 1
+RELEASE = protocol.RELEASE  # the slab transport's, handled by the pool and `WorkerEnd`
+OVERFLOW = protocol.OVERFLOW
 
 OK = 0  # payload: the fetched (collated) data
 ERROR = 1  # payload: RemoteError from the dataset/collate code

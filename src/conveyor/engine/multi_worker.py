@@ -14,6 +14,7 @@ from typing import Any
 
 from conveyor.engine import messages as msg
 from conveyor.engine.base_iterator import LoaderIterator
+from conveyor.engine.pin_thread import PinningPool, warn_unpinnable
 from conveyor.engine.plan import LoadPlan, WorkerOptions
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.process_pool import ProcessPool
@@ -21,13 +22,16 @@ from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.reorder import EMPTY, make_buffer
 from conveyor.engine.thread_pool import ThreadPool
 from conveyor.engine.worker_loop import WorkerSetup
+from conveyor.state.loader_state import Resume
 
 
 def _make_pool(setup: WorkerSetup, options: WorkerOptions) -> WorkerPool:
     if options.worker_type == "thread":
         return ThreadPool(setup, options.num_workers)
     context = options.multiprocessing_context or multiprocessing.get_context()
-    return ProcessPool(setup, options.num_workers, context)
+    return ProcessPool(
+        setup, options.num_workers, context, options.slab_options, options.prefetch_factor
+    )
 
 
 class MultiWorkerIterator(LoaderIterator):
@@ -37,9 +41,11 @@ class MultiWorkerIterator(LoaderIterator):
         self,
         plan: LoadPlan,
         len_hint: Callable[[], int | None],
-        shared_seed: int | None = None,
+        resume: Resume | None = None,
     ):
-        super().__init__(plan, len_hint)
+        super().__init__(plan, len_hint, resume)
+        if plan.pin_memory and self._pin is None:
+            warn_unpinnable()
         assert plan.workers is not None
         self._options = plan.workers
         self._setup = WorkerSetup(
@@ -53,7 +59,7 @@ class MultiWorkerIterator(LoaderIterator):
             worker_init_fn=self._options.worker_init_fn,
             worker_type=self._options.worker_type,
             graph_hook=plan.graph_hook,
-            shared_seed=shared_seed,
+            shared_seed=self._shared_seed,
         )
         self._pool: WorkerPool | None = None
         self._next_task_id = 0
@@ -68,10 +74,17 @@ class MultiWorkerIterator(LoaderIterator):
         self._worker_cycle = itertools.cycle(range(num_workers))
         self._sampler_done = False
         if self._pool is None:
-            self._pool = _make_pool(self._setup, self._options)
+            self._pool = self._with_pin_thread(_make_pool(self._setup, self._options))
         elif not first:
             self._resume_workers(shared_seed)
         self._fill()
+
+    def _with_pin_thread(self, pool: WorkerPool) -> WorkerPool:
+        """Process workers: pin in a background thread (thread workers pin in ``_unwrap``)."""
+        if self._pin is None or not isinstance(pool, ProcessPool):
+            return pool
+        pin, self._pin = self._pin, None
+        return PinningPool(pool, pin)
 
     def _resume_workers(self, shared_seed: int | None) -> None:
         """Tell persistent workers a new epoch starts; drop whatever the last one left."""
@@ -86,11 +99,11 @@ class MultiWorkerIterator(LoaderIterator):
                 elif status == msg.INIT_ERROR:
                     payload.reraise()
 
-    def reset(self, shared_seed: int | None = None) -> None:
+    def reset(self) -> None:
         """Start the next epoch on the same workers (``persistent_workers=True``)."""
         self._reset()
         try:
-            self._start_epoch(first=False, shared_seed=shared_seed)
+            self._start_epoch(first=False, shared_seed=self._shared_seed)
         except BaseException:
             self.close()
             raise
@@ -109,7 +122,7 @@ class MultiWorkerIterator(LoaderIterator):
         if worker_id is None:
             return False
         try:
-            request = next(self._sampler_iter)
+            _, request = self._next_request()
         except StopIteration:
             self._sampler_done = True
             return False
@@ -189,6 +202,10 @@ class MultiWorkerIterator(LoaderIterator):
         if self._pin is not None:
             payload = self._pin(payload)
         return payload
+
+    def _end_epoch_early(self) -> None:
+        if not self._options.persistent_workers:
+            self.close()
 
     # --------------------------------------------------------------- shutdown
     def _require_pool(self) -> WorkerPool:

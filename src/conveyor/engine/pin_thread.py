@@ -1,0 +1,153 @@
+"""The pin-memory thread: batches are pinned as they arrive, before the loop asks for them.
+
+`PinningPool` wraps a worker pool (the strategy is picked once, when the iterator starts):
+a background thread receives every result from the inner pool, copies ``OK`` payloads
+into pinned memory with the pin function it was given, and queues them for the iterator.
+Pinning then overlaps with the training step, as in torch. The pin function is injected,
+so the thread can be tested on a machine without an accelerator.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from conveyor.engine import messages as msg
+from conveyor.engine.remote_error import RemoteError
+from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
+
+__all__ = ["JOIN_TIMEOUT_S", "InterruptiblePool", "PinningPool", "warn_unpinnable"]
+
+JOIN_TIMEOUT_S = 5.0
+WHERE = "in pin memory thread"
+
+
+class InterruptiblePool(Protocol):
+    """A worker pool whose blocking ``receive`` another thread can cut short."""
+
+    def send(self, worker_id: int, message: Any) -> None: ...
+
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]: ...
+
+    def retire(self, worker_id: int) -> None: ...
+
+    def interrupt(self) -> None:
+        """Make a ``receive`` blocked in another thread return soon (maybe with nothing)."""
+
+    def close(self) -> None: ...
+
+
+def warn_unpinnable() -> None:
+    """torch's warning when ``pin_memory=True`` cannot pin here; loading carries on."""
+    accelerator = (
+        torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    )
+    if accelerator is not None and accelerator.type == "mps":
+        warnings.warn(MPS_UNSUPPORTED_WARNING, UserWarning, stacklevel=3)
+    else:
+        warnings.warn(NO_ACCELERATOR_WARNING, UserWarning, stacklevel=3)
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _pinned(message: Any, pin: Callable[[Any], Any]) -> Any:
+    task_id, status, payload = message
+    if status != msg.OK:
+        return message
+    try:
+        return (task_id, status, pin(payload))
+    except Exception:
+        return (task_id, msg.ERROR, RemoteError(WHERE))
+
+
+def _pin_loop(
+    pool: InterruptiblePool,
+    pin: Callable[[Any], Any],
+    ready: queue.SimpleQueue[Any],
+    stop: threading.Event,
+) -> None:
+    """Receive, pin, hand over; until ``stop`` is set (and the pool interrupted)."""
+    try:
+        while not stop.is_set():
+            for worker_id, message in pool.receive(None):
+                ready.put((worker_id, _pinned(message, pin) if not stop.is_set() else message))
+    except BaseException as exc:  # a dead worker, or a pool closed under us: tell the reader
+        ready.put(_Failure(exc))
+
+
+class PinningPool:
+    """A `WorkerPool` whose results are pinned by a background thread.
+
+    The thread is the only caller of the inner pool's ``receive``; ``send`` and ``retire``
+    go straight to the inner pool from the caller's thread (the inner pool must allow
+    that). When idle, the thread blocks in the inner ``receive`` (no polling). ``close()``
+    (idempotent; the owning iterator also runs it on garbage collection) stops the thread
+    via ``interrupt()``, joins it, then closes the inner pool. Errors raised by ``pin`` are
+    delivered as that batch's error; a failure of the inner pool (a worker died) is raised
+    from every later ``receive``.
+    """
+
+    def __init__(self, pool: InterruptiblePool, pin: Callable[[Any], Any]):
+        self._pool = pool
+        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(
+            target=_pin_loop,
+            args=(pool, pin, self._ready, self._stop),
+            name="conveyor-pin-memory",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def send(self, worker_id: int, message: Any) -> None:
+        self._pool.send(worker_id, message)
+
+    def retire(self, worker_id: int) -> None:
+        self._pool.retire(worker_id)
+
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
+        """Pinned results, waiting up to ``timeout_s`` for the first one."""
+        if self._failure is not None:
+            raise self._failure
+        try:
+            items = [self._ready.get(timeout=timeout_s)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                items.append(self._ready.get_nowait())
+            except queue.Empty:
+                break
+        results = []
+        for item in items:
+            if isinstance(item, _Failure):
+                self._failure = item.exc
+                raise item.exc
+            results.append(item)
+        return results
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._pool.interrupt()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=JOIN_TIMEOUT_S)
+        self._pool.close()

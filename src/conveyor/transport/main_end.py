@@ -1,0 +1,243 @@
+"""The main process's end of the slab transport.
+
+`MainEnd` turns frames from workers back into batches whose tensors and arrays view the
+slabs, maps each slab once (then unlinks its file: from then on only the mappings keep the
+memory), and sends a release for a slab back to its worker once every view of the batch in
+it is gone. It owns the loader's slab names: ``close()`` unlinks any that are left (a
+worker killed before the main process mapped its slab), and an exit hook does the same for
+every loader of the process. Starting a `MainEnd` reclaims slabs of processes that died
+without cleaning up.
+
+How a pool uses it, in the thread that receives results::
+
+    end.before_wait()                        # send queued releases
+    ready = connection.wait([...pipes, end.wake_fd], timeout)
+    interrupted = end.woken(ready)           # True after interrupt()
+    message = end.decode(worker_id, outbox.recv_bytes())   # SKIP for a stall frame
+
+Thread safety: ``before_wait``, ``woken`` and ``decode`` from the receiving thread only;
+``interrupt`` from any thread; release callbacks run in whichever thread drops a batch's
+last view (or in the garbage collector) and only append to a deque and write one byte to
+a non-blocking pipe. ``send_control`` (given by the pool) must be safe to call while
+another thread sends tasks to the same worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import mmap
+import os
+import threading
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conveyor.transport import protocol
+from conveyor.transport.options import ENV_SHM_MAX_BYTES, SlabConfig
+from conveyor.transport.shared import from_shared
+from conveyor.transport.slab import (
+    attach_slab,
+    process_prefix,
+    reclaim_stale,
+    slab_name,
+    sweep,
+    unlink_quietly,
+)
+
+__all__ = ["SKIP", "MainEnd", "ShmFallbackWarning"]
+
+SKIP: Any = object()
+"""What `MainEnd.decode` returns for a frame that carried no engine message."""
+
+
+class ShmFallbackWarning(UserWarning):
+    """Shared memory is too scarce for slabs; batches are pickled through pipes instead."""
+
+
+_FALLBACK_MESSAGE = (
+    "conveyor: too little shared memory for DataLoader batches ({note}). Batches now travel "
+    "pickled through the worker pipes: slower, but correct. To fix it, give the process more "
+    "shared memory (docker run --shm-size=8g, or a larger /dev/shm), or lower num_workers, "
+    "batch_size or prefetch_factor; " + ENV_SHM_MAX_BYTES + " caps conveyor's share."
+)
+
+
+class _Releases:
+    """Slabs whose views are all gone, waiting to be sent back; callable from any thread.
+
+    Owns the wake-up pipe that makes a blocked receive notice them.
+    """
+
+    def __init__(self) -> None:
+        self.pending: deque[tuple[int, int]] = deque()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.lock = threading.Lock()
+        self.closed = False
+        self.interrupted = False
+
+    def __call__(self, worker_id: int, slab_id: int) -> None:
+        self.pending.append((worker_id, slab_id))
+        self.wake()
+
+    def wake(self) -> None:
+        # May run inside the garbage collector, in any thread: never block. A lost wake-up
+        # only delays a release until the next receive.
+        if self.lock.acquire(blocking=False):
+            try:
+                if not self.closed:
+                    with contextlib.suppress(OSError):
+                        os.write(self.wake_w, b"\0")
+            finally:
+                self.lock.release()
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                os.close(self.wake_r)
+                os.close(self.wake_w)
+
+
+class MainEnd:
+    """Decoding, slab mappings and releases for one loader's worker processes.
+
+    Args:
+        config: The loader's slab settings (the same object its workers get).
+        send_control: ``(worker_id, message)`` → sends a transport message on that
+            worker's task pipe; must ignore a worker that is gone.
+    """
+
+    def __init__(self, config: SlabConfig, send_control: Callable[[int, Any], None]):
+        self._config = config
+        self._send_control = send_control
+        _exit_hook(config.shm_dir)
+        reclaim_stale(config.shm_dir)
+        self._mappings: dict[tuple[int, int], mmap.mmap] = {}
+        self._releases = _Releases()
+        self._warned = False
+
+    @property
+    def config(self) -> SlabConfig:
+        return self._config
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable when releases are queued or `interrupt` was called; wait on it too."""
+        return self._releases.wake_r
+
+    def before_wait(self) -> None:
+        """Send every queued release to its worker (call before blocking for results)."""
+        for worker_id, slab_ids in self.take_releases().items():
+            self._send_control(worker_id, (protocol.RELEASE, slab_ids))
+
+    def woken(self, ready: set[Any]) -> bool:
+        """Empty the wake-up pipe if it is in ``ready``; True if `interrupt` was called."""
+        releases = self._releases
+        if releases.wake_r not in ready:
+            return False
+        with contextlib.suppress(OSError):
+            while os.read(releases.wake_r, 4096):
+                pass
+        interrupted, releases.interrupted = releases.interrupted, False
+        return interrupted
+
+    def interrupt(self) -> None:
+        """Make the receiving thread's wait return soon, with `woken` reporting True."""
+        releases = self._releases
+        with releases.lock:
+            releases.interrupted = True
+            if not releases.closed:
+                with contextlib.suppress(BlockingIOError):  # full: already readable
+                    os.write(releases.wake_w, b"\0")
+
+    def decode(self, worker_id: int, frame: bytes) -> Any:
+        """The engine message carried by ``frame``, or `SKIP` for a transport-only frame."""
+        stream = io.BytesIO(frame)
+        retired, note, stall = protocol.read_header(stream)
+        for slab_id in retired:
+            self._mappings.pop((worker_id, slab_id), None)
+        if note is not None and not self._warned:
+            self._warned = True
+            warnings.warn(_FALLBACK_MESSAGE.format(note=note), ShmFallbackWarning, stacklevel=2)
+        if stall is not None:
+            # The worker waits for a slab: send what was released, then let it stop waiting.
+            self.before_wait()
+            self._send_control(worker_id, (protocol.OVERFLOW, stall))
+            return SKIP
+        tokens: dict[int, np.ndarray[Any, Any]] = {}
+
+        def resolve(slab_id: int) -> np.ndarray[Any, Any]:
+            token = tokens.get(slab_id)
+            if token is None:
+                token = tokens[slab_id] = self._token(worker_id, slab_id)
+            return token
+
+        return from_shared(stream, resolve)
+
+    def _token(self, worker_id: int, slab_id: int) -> np.ndarray[Any, Any]:
+        """A fresh array over the slab for one batch; its death releases the slab."""
+        key = (worker_id, slab_id)
+        mapping = self._mappings.get(key)
+        if mapping is None:
+            path = os.path.join(
+                self._config.shm_dir, slab_name(self._config.prefix, worker_id, slab_id)
+            )
+            mapping = attach_slab(path)
+            unlink_quietly(path)
+            self._mappings[key] = mapping
+        token = np.frombuffer(mapping, dtype=np.uint8)
+        weakref.finalize(token, self._releases, worker_id, slab_id).atexit = False
+        return token
+
+    def take_releases(self) -> dict[int, list[int]]:
+        """Released slab ids per worker, each returned once."""
+        released: dict[int, list[int]] = {}
+        pending = self._releases.pending
+        while pending:
+            try:
+                worker_id, slab_id = pending.popleft()
+            except IndexError:
+                break
+            released.setdefault(worker_id, []).append(slab_id)
+        return released
+
+    @property
+    def mapped_slabs(self) -> int:
+        """How many slabs are mapped here now (for tests and stats)."""
+        return len(self._mappings)
+
+    def close(self) -> None:
+        """Unlink every slab file of this loader still present; close the wake-up pipe.
+
+        Call after the workers have stopped. Batches already handed out stay valid.
+        """
+        self._releases.close()
+        self._mappings.clear()
+        sweep(self._config.shm_dir, self._config.prefix)
+
+
+_exit_dirs: set[str] = set()
+_exit_pid: int | None = None
+
+
+def _exit_hook(shm_dir: str) -> None:
+    """At interpreter exit, unlink whatever slabs this process's loaders left."""
+    global _exit_pid
+    if _exit_pid != os.getpid():
+        _exit_pid = os.getpid()
+        _exit_dirs.clear()
+        atexit.register(_sweep_at_exit, _exit_pid)
+    _exit_dirs.add(shm_dir)
+
+
+def _sweep_at_exit(pid: int) -> None:
+    if os.getpid() != pid:
+        return  # a forked child inherited the hook; the slabs are not its own
+    for shm_dir in tuple(_exit_dirs):
+        sweep(shm_dir, process_prefix(pid))
