@@ -34,7 +34,7 @@ CHILD = textwrap.dedent(
         kwargs["multiprocessing_context"] = {context!r}
     dataset = FatRange(1024, {fat_mb})
     start = time.perf_counter()
-    loader = module.DataLoader(dataset, persistent_workers=True, **kwargs)
+    loader = module.DataLoader(dataset, persistent_workers={persistent}, **kwargs)
     it = iter(loader)
     next(it)
     first = time.perf_counter() - start
@@ -48,8 +48,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def _measure(ours: bool, context: str, workers: int, fat_mb: int) -> tuple[float, float]:
+def _measure(
+    ours: bool, context: str, workers: int, fat_mb: int, persistent: bool
+) -> tuple[float, float]:
     code = CHILD.format(
+        persistent=persistent,
         bench_dir=str(Path(__file__).resolve().parent),
         ours=ours,
         context=context,
@@ -70,12 +73,18 @@ def main() -> None:
     parser.add_argument("--fat-mb", type=int, default=0)
     parser.add_argument("--contexts", default="fork,forkserver,spawn,thread")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--no-persistent",
+        action="store_true",
+        help="measure non-persistent workers: epoch 2 starts new workers",
+    )
     args = parser.parse_args()
     rows = []
     for context in args.contexts.split(","):
         # torch has no thread workers: compare those with its best, fork
         theirs_context = "fork" if context == "thread" else context
-        epoch2 = Comparison(f"{context} epoch-2 first batch", "s")
+        kind = "non-persistent" if args.no_persistent else "persistent"
+        epoch2 = Comparison(f"{context} epoch-2 first batch ({kind})", "s")
         cold = Comparison(
             f"{context} cold first batch ({args.num_workers}w, {args.fat_mb} MB)", "s"
         )
@@ -83,13 +92,17 @@ def main() -> None:
         results_theirs: list[tuple[float, float]] = []
 
         def ours(context: str = context, out: list[tuple[float, float]] = results_ours) -> float:
-            out.append(_measure(True, context, args.num_workers, args.fat_mb))
+            out.append(
+                _measure(True, context, args.num_workers, args.fat_mb, not args.no_persistent)
+            )
             return out[-1][0]
 
         def theirs(
             context: str = theirs_context, out: list[tuple[float, float]] = results_theirs
         ) -> float:
-            out.append(_measure(False, context, args.num_workers, args.fat_mb))
+            out.append(
+                _measure(False, context, args.num_workers, args.fat_mb, not args.no_persistent)
+            )
             return out[-1][0]
 
         a, b = interleave(args.reps, ours, theirs)

@@ -20,11 +20,12 @@ from conveyor.datapipes.loading import prepare_graph
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.multi_worker import MultiWorkerIterator
+from conveyor.engine.multi_worker import MultiWorkerIterator, uses_zygote
 from conveyor.engine.plan import LoadPlan, WorkerOptions
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.engine.zygote import Zygote
 from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
@@ -148,6 +149,7 @@ class DataLoader(Generic[T_co]):
         self._iterator: LoaderIterator | None = None
         self._collectives = RankCollectives()
         self._resume: Resume | None = None
+        self._zygote: Zygote | None = None  # spawn/forkserver: forks each epoch's workers
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
         self.__initialized = True
@@ -313,7 +315,13 @@ class DataLoader(Generic[T_co]):
         if plan.workers is None:
             return SingleProcessIterator(plan, len_hint, resume)
         self.check_worker_number_rationality()
-        return MultiWorkerIterator(plan, len_hint, resume)
+        zygote = None
+        if uses_zygote(plan.workers):
+            if self._zygote is None:
+                context = self.multiprocessing_context or multiprocessing.get_context()
+                self._zygote = Zygote(context)
+            zygote = self._zygote
+        return MultiWorkerIterator(plan, len_hint, resume, zygote=zygote)
 
     def __iter__(self) -> LoaderIterator:
         if not (self.persistent_workers and self.num_workers > 0):

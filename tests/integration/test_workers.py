@@ -262,3 +262,44 @@ def test_several_loaders_at_once_in_threads() -> None:
     a = iter(DataLoader(Range(10), num_workers=2))
     b = iter(DataLoader(Range(10), num_workers=2, worker_type="thread"))
     assert [(int(x), int(y)) for x, y in zip(a, b, strict=True)] == [(i, i) for i in range(10)]
+
+
+class Mutable(Range):
+    """Map-style dataset whose items depend on an attribute changed between epochs."""
+
+    offset = 0
+
+    def __getitem__(self, i: int) -> int:
+        return self.offset + i
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_zygote_epochs_see_dataset_changes_and_fresh_workers(context: str) -> None:
+    dataset = Mutable(4)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
+    assert list(loader) == [0, 1, 2, 3]
+    dataset.offset = 100  # torch re-pickles the dataset every epoch: so must we
+    assert list(loader) == [100, 101, 102, 103]
+    stamps = DataLoader(
+        WorkerStamp(4, conveyor.get_worker_info),
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context=context,
+    )
+    first = {s["pid"] for s in stamps}
+    second = {s["pid"] for s in stamps}
+    assert len(first) == len(second) == 2 and first.isdisjoint(second)
+
+
+def test_zygote_worker_death_is_reported() -> None:
+    loader = DataLoader(
+        DieAt(20, bad=6, how="SIGKILL"),
+        batch_size=2,
+        num_workers=2,
+        multiprocessing_context="spawn",
+    )
+    with pytest.raises(RuntimeError, match=r"worker 1 \(pid \d+\) exited unexpectedly.*SIGKILL"):
+        list(loader)
+    # the loader (and its zygote) still works for the next epoch
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        list(loader)

@@ -22,15 +22,29 @@ from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.reorder import EMPTY, make_buffer
 from conveyor.engine.thread_pool import ThreadPool
 from conveyor.engine.worker_loop import WorkerSetup
+from conveyor.engine.zygote import Zygote
 from conveyor.state.loader_state import Resume
 
 
-def _make_pool(setup: WorkerSetup, options: WorkerOptions) -> WorkerPool:
+def uses_zygote(options: WorkerOptions) -> bool:
+    """spawn/forkserver workers are forked from a per-loader zygote (engine/zygote.py)."""
+    if options.worker_type == "thread":
+        return False
+    context = options.multiprocessing_context or multiprocessing.get_context()
+    return context.get_start_method() in ("spawn", "forkserver")
+
+
+def _make_pool(setup: WorkerSetup, options: WorkerOptions, zygote: Zygote | None) -> WorkerPool:
     if options.worker_type == "thread":
         return ThreadPool(setup, options.num_workers)
     context = options.multiprocessing_context or multiprocessing.get_context()
     return ProcessPool(
-        setup, options.num_workers, context, options.slab_options, options.prefetch_factor
+        setup,
+        options.num_workers,
+        context,
+        options.slab_options,
+        options.prefetch_factor,
+        zygote=zygote,
     )
 
 
@@ -42,8 +56,10 @@ class MultiWorkerIterator(LoaderIterator):
         plan: LoadPlan,
         len_hint: Callable[[], int | None],
         resume: Resume | None = None,
+        zygote: Zygote | None = None,
     ):
         super().__init__(plan, len_hint, resume)
+        self._zygote = zygote
         if plan.pin_memory and self._pin is None:
             warn_unpinnable()
         assert plan.workers is not None
@@ -74,7 +90,7 @@ class MultiWorkerIterator(LoaderIterator):
         self._worker_cycle = itertools.cycle(range(num_workers))
         self._sampler_done = False
         if self._pool is None:
-            self._pool = self._with_pin_thread(_make_pool(self._setup, self._options))
+            self._pool = self._with_pin_thread(_make_pool(self._setup, self._options, self._zygote))
         elif not first:
             self._resume_workers(shared_seed)
         self._fill()

@@ -1,0 +1,109 @@
+"""The worker side of a worker process: its entry point and how it watches its parent."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import sys
+from multiprocessing import connection
+from typing import Any
+
+from conveyor.engine.worker_loop import WorkerSetup, run_worker
+from conveyor.transport.options import SlabConfig
+from conveyor.transport.worker_end import WorkerEnd, WorkerStop
+
+PARENT_DEATH_SIGNAL = signal.SIGUSR2
+_PR_SET_PDEATHSIG = 1
+# Passed as parent_pid when the parent is not the main process (fork server, zygote):
+# the worker then watches whichever process started it.
+ANY_PARENT = -1
+# How often an idle worker checks that the main process is still alive.
+PARENT_CHECK_INTERVAL_S = 0.5
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "is not responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """End this worker as soon as the main process dies, even inside slow user code.
+
+    The kernel sends ``PARENT_DEATH_SIGNAL`` when the thread that started us ends; the
+    handler exits only if the process itself is gone (a loader created in a short-lived
+    thread must keep its workers). The idle loop's ``getppid`` check is the fallback.
+    """
+
+    def on_parent_death(signum: int, frame: object) -> None:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+    signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL))
+    if os.getppid() != parent_pid:  # died before prctl took effect
+        os._exit(0)
+
+
+def process_worker_main(
+    worker_id: int,
+    setup: WorkerSetup | bytes,
+    inbox: connection.Connection,
+    outbox: connection.Connection,
+    parent_pid: int,
+    slabs: SlabConfig | None = None,
+) -> None:
+    """Entry point of a worker process (module level so that spawn can import it).
+
+    With ``slabs``, batches go through the shared-memory slab transport (frames made by
+    `WorkerEnd`); without, every message is pickled onto ``outbox``.
+
+    ``parent_pid`` is the main process, or `ANY_PARENT` when the worker was started by a
+    fork server or zygote, which live exactly as long as the main process.
+    """
+    import torch
+
+    if os.getppid() != parent_pid and parent_pid != ANY_PARENT:
+        os._exit(0)  # the main process died while this worker was starting
+    parent_pid = os.getppid()
+
+    # Ctrl-C goes to the whole process group; the main process decides what to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(parent_pid)
+    torch.set_num_threads(1)
+    if isinstance(setup, bytes):
+        setup = pickle.loads(setup)
+        assert isinstance(setup, WorkerSetup)
+
+    def receive() -> Any:
+        while True:
+            if inbox.poll(PARENT_CHECK_INTERVAL_S):
+                try:
+                    return inbox.recv()
+                except (EOFError, OSError):
+                    return None
+            if os.getppid() != parent_pid:
+                return None
+
+    if slabs is None:
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+            run_worker(setup, worker_id, receive, outbox.send)
+        return
+    end = WorkerEnd(slabs, worker_id, receive, outbox.send_bytes)
+    try:
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
+            run_worker(setup, worker_id, end.receive, end.send)
+    finally:
+        end.close()

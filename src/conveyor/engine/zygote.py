@@ -1,0 +1,315 @@
+"""Fast spawn/forkserver start-up: one clean process imports and unpickles once, then forks.
+
+torch starts every spawn/forkserver worker as a fresh interpreter: each one imports
+torch and unpickles the dataset, and a non-persistent loader pays that again every
+epoch. Here the user's context starts one *zygote* per DataLoader; it unpickles the
+worker set-up once and forks the workers of each epoch. The zygote is single-threaded
+and was started clean, so its forks are as safe as spawned processes (no inherited
+threads, locks or CUDA state from the main process).
+
+The zygote reaps its workers (through pidfds) and reports each exit code on the epoch's
+status pipe; the main process watches the workers through pidfds of its own, so a dead
+worker is noticed at once, exactly as with directly started processes. The worker
+set-up is re-pickled at every epoch and re-sent only when its bytes changed, so dataset
+mutations between epochs are seen exactly as with torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import pickle
+import signal
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from multiprocessing import connection, reduction
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from conveyor.engine.worker_loop import WorkerSetup
+
+JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
+_SETUP, _FORK = "setup", "fork"
+
+
+@dataclasses.dataclass(frozen=True)
+class _PassedConnection:
+    """Stands for a Connection whose descriptor follows the request (``send_handle``).
+
+    Passing descriptors ourselves avoids multiprocessing's resource-sharer thread.
+    """
+
+    index: int
+    readable: bool
+    writable: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupRef:
+    """Stands for the zygote's cached `WorkerSetup` in a worker's arguments."""
+
+    base_seed: int
+    shared_seed: int | None
+
+
+# ------------------------------------------------------------------ zygote side
+def _connections(args: tuple[Any, ...]) -> list[connection.Connection]:
+    return [a for a in args if isinstance(a, connection.Connection)]
+
+
+def _fork_one(target: Callable[..., None], args: tuple[Any, ...], close_in_child: list[Any]) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        for item in close_in_child:
+            if isinstance(item, int):
+                os.close(item)
+            else:
+                item.close()
+        target(*args)
+    except BaseException:
+        traceback.print_exc()  # a failure of conveyor's own bootstrap: say why
+        code = 1
+    finally:
+        os._exit(code)
+
+
+class _Epoch:
+    """The zygote's record of one epoch's workers: pidfds and the status pipe."""
+
+    def __init__(self, status: connection.Connection):
+        self.status = status
+        self.pidfds: dict[int, tuple[int, int]] = {}  # pidfd -> (worker index, pid)
+
+    def report_exit(self, pidfd: int) -> None:
+        index, pid = self.pidfds.pop(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        with contextlib.suppress(OSError):
+            self.status.send((index, pid, os.waitstatus_to_exitcode(status)))
+        if not self.pidfds:
+            self.status.close()
+
+
+def zygote_main(control: connection.Connection) -> None:
+    """Entry point of the zygote process (started by the user's spawn/forkserver context).
+
+    Importing this module imported torch and conveyor, so every fork inherits them. The
+    zygote ends when the control pipe reaches EOF (the DataLoader closed it, or died).
+    """
+    import torch
+
+    from conveyor.engine.worker_process import exit_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(os.getppid())
+    torch.set_num_threads(1)  # no intra-op thread pool may exist when we fork
+    setup: WorkerSetup | None = None
+    epochs: list[_Epoch] = []
+    while True:
+        live = {fd: e for e in epochs for fd in e.pidfds}
+        for item in connection.wait([control, *live]):
+            if isinstance(item, int):
+                live[item].report_exit(item)
+                continue
+            try:
+                message = control.recv()
+            except (EOFError, OSError):
+                message = None
+            if message is None:
+                _kill_all(epochs)
+                return
+            if message[0] == _SETUP:
+                setup = pickle.loads(message[1])
+            elif message[0] == _FORK:
+                try:
+                    assert setup is not None
+                    epoch = _fork_epoch(control, setup, message[1], epochs)
+                except Exception:
+                    control.send(traceback.format_exc())
+                    continue
+                epochs.append(epoch)
+                control.send([pid for _, pid in epoch.pidfds.values()])
+        epochs = [e for e in epochs if e.pidfds]
+
+
+def _receive_connections(control: connection.Connection, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        connection.Connection(reduction.recv_handle(control), a.readable, a.writable)
+        if isinstance(a, _PassedConnection)
+        else a
+        for a in args
+    )
+
+
+def _fork_epoch(
+    control: connection.Connection, setup: WorkerSetup, request: bytes, epochs: list[_Epoch]
+) -> _Epoch:
+    _, jobs = pickle.loads(request)
+    status = connection.Connection(reduction.recv_handle(control), readable=False)
+    jobs = [(target, _receive_connections(control, args)) for target, args in jobs]
+    epoch = _Epoch(status)
+    inherited: list[Any] = [control, status] + [e.status for e in epochs]
+    inherited += [fd for e in epochs for fd in e.pidfds]
+    for index, (target, raw_args) in enumerate(jobs):
+        args = tuple(
+            dataclasses.replace(setup, base_seed=a.base_seed, shared_seed=a.shared_seed)
+            if isinstance(a, SetupRef)
+            else a
+            for a in raw_args
+        )
+        later = [c for _, other in jobs[index + 1 :] for c in _connections(other)]
+        pid = _fork_one(target, args, inherited + later + list(epoch.pidfds))
+        for conn in _connections(args):
+            conn.close()
+        epoch.pidfds[os.pidfd_open(pid)] = (index, pid)
+    return epoch
+
+
+def _kill_all(epochs: list[_Epoch]) -> None:
+    for epoch in epochs:
+        for pidfd, (_, pid) in list(epoch.pidfds.items()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            os.close(pidfd)
+
+
+# -------------------------------------------------------------------- main side
+class ZygoteWorker:
+    """A worker forked by the zygote, with the parts of `multiprocessing.Process` we use."""
+
+    def __init__(self, pid: int, index: int, status: _StatusReader):
+        self.pid = pid
+        self._index = index
+        self._status = status
+        self.sentinel = os.pidfd_open(pid)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._status.exitcode(self._index)
+
+    def join(self, timeout: float | None = None) -> None:
+        if connection.wait([self.sentinel], timeout):
+            self._status.read_until(self._index, JOIN_TIMEOUT_S)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.sentinel, signum)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.sentinel)
+        self._status.close()
+
+
+class _StatusReader:
+    """Exit codes of one epoch's workers, as reported by the zygote."""
+
+    def __init__(self, conn: connection.Connection, count: int):
+        self._conn = conn
+        self._codes: dict[int, int] = {}
+        self._open = count
+
+    def exitcode(self, index: int) -> int | None:
+        self.read_until(index, 0.0)
+        return self._codes.get(index)
+
+    def read_until(self, index: int, timeout_s: float) -> None:
+        while index not in self._codes and not self._conn.closed:
+            try:
+                if not self._conn.poll(timeout_s):
+                    return
+                worker, _, code = self._conn.recv()
+            except (EOFError, OSError):
+                return
+            self._codes[worker] = code
+
+    def close(self) -> None:
+        self._open -= 1
+        if self._open == 0:
+            self._conn.close()
+
+
+class Zygote:
+    """Main-process handle of one zygote; owned by a DataLoader, shared by its epochs."""
+
+    def __init__(self, context: BaseContext):
+        self._context = context
+        self._lock = threading.Lock()
+        self._setup_digest = b""
+        self._control, child_end = context.Pipe(duplex=True)
+        self._process = context.Process(  # type: ignore[attr-defined]
+            target=zygote_main, args=(child_end,), name="conveyor-zygote", daemon=True
+        )
+        self._process.start()
+        child_end.close()
+        self._finalizer = weakref.finalize(self, _stop_zygote, self._control, self._process)
+
+    def start_workers(
+        self, setup: WorkerSetup, jobs: list[tuple[Callable[..., None], tuple[Any, ...]]]
+    ) -> list[ZygoteWorker]:
+        """Fork one worker per ``(target, args)``; a `SetupRef` in args becomes ``setup``.
+
+        Connections in ``args`` travel to the zygote and are closed here by the caller.
+        """
+        blob = pickle.dumps(
+            dataclasses.replace(setup, base_seed=0, shared_seed=None),
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+        digest = hashlib.blake2b(blob, digest_size=16).digest()
+        status_r, status_w = self._context.Pipe(duplex=False)
+        handles: list[int] = []
+        plain_jobs = []
+        for target, args in jobs:
+            plain_args = []
+            for a in args:
+                if isinstance(a, connection.Connection):
+                    plain_args.append(_PassedConnection(len(handles), a.readable, a.writable))
+                    handles.append(a.fileno())
+                else:
+                    plain_args.append(a)
+            plain_jobs.append((target, tuple(plain_args)))
+        request = pickle.dumps((len(handles), plain_jobs), protocol=pickle.HIGHEST_PROTOCOL)
+        pid = self._process.pid
+        with self._lock:
+            if digest != self._setup_digest:
+                self._control.send((_SETUP, blob))
+                self._setup_digest = digest
+            self._control.send((_FORK, request))
+            reduction.send_handle(self._control, status_w.fileno(), pid)
+            for handle in handles:
+                reduction.send_handle(self._control, handle, pid)
+            pids = self._control.recv()
+        status_w.close()
+        if isinstance(pids, str):
+            raise RuntimeError(f"the DataLoader's zygote could not start workers:\n{pids}")
+        status = _StatusReader(status_r, len(jobs))
+        return [ZygoteWorker(pid, i, status) for i, pid in enumerate(pids)]
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop_zygote(control: connection.Connection, process: Any) -> None:
+    with contextlib.suppress(OSError):
+        control.send(None)
+    process.join(timeout=JOIN_TIMEOUT_S)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+    control.close()
+    process.close()
