@@ -2,7 +2,9 @@
 
 Messages are plain tuples (cheap to pickle); these constants name their fields.
 To a worker: ``(TASK, task_id, request)``, ``(RESUME, shared_seed)`` or ``None`` (stop).
-From a worker: ``(task_id, status, payload)``.
+From a worker: ``(task_id, status, payload, info)``; ``info`` is ``None`` or, for a
+fetched batch, ``(busy_s, stream_state)`` where ``stream_state`` is the pickled
+``dataset.state_dict()`` after the batch (iterable-style datasets that have one).
 
 Process workers' pipes also carry the slab transport's own messages, which never reach the
 worker loop or the iterator: ``(RELEASE, slab_ids)`` and ``(OVERFLOW, seq)`` to a worker,

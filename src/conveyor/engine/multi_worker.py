@@ -7,7 +7,6 @@ sampler order, or ready-first). See docs/design/shutdown.md for how workers end.
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +18,17 @@ from conveyor.engine.plan import LoadPlan, WorkerOptions
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.process_pool import ProcessPool
 from conveyor.engine.remote_error import RemoteError
-from conveyor.engine.reorder import EMPTY, make_buffer
+from conveyor.engine.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.thread_pool import ThreadPool
 from conveyor.engine.worker_loop import WorkerSetup
 from conveyor.engine.zygote import Zygote
-from conveyor.state.loader_state import Resume
+from conveyor.state.loader_state import (
+    DeliveryLog,
+    LoaderStateDict,
+    Resume,
+    StreamResume,
+    stream_resume_for,
+)
 
 
 def uses_zygote(options: WorkerOptions) -> bool:
@@ -60,6 +65,7 @@ class MultiWorkerIterator(LoaderIterator):
     ):
         super().__init__(plan, len_hint, resume)
         self._zygote = zygote
+        streams = stream_resume_for(plan, resume)
         if plan.pin_memory and self._pin is None:
             warn_unpinnable()
         assert plan.workers is not None
@@ -76,18 +82,34 @@ class MultiWorkerIterator(LoaderIterator):
             worker_type=self._options.worker_type,
             graph_hook=plan.graph_hook,
             shared_seed=self._shared_seed,
+            batch_size=self._samples_per_batch,
+            stream_states=streams.states if streams else None,
+            stream_skips=streams.skips if streams else None,
         )
         self._pool: WorkerPool | None = None
         self._next_task_id = 0
-        self._start_epoch(first=True)
+        self._start_epoch(first=True, streams=streams)
 
     # ----------------------------------------------------------------- epochs
-    def _start_epoch(self, first: bool, shared_seed: int | None = None) -> None:
+    def _start_epoch(
+        self,
+        first: bool,
+        shared_seed: int | None = None,
+        streams: StreamResume | None = None,
+    ) -> None:
         num_workers = self._options.num_workers
         self._buffer = make_buffer(self._options.in_order)
         self._owner: dict[int, int] = {}  # outstanding task id -> worker id
+        self._task_position: dict[int, int] = {}  # dispatched, not yet delivered
+        self._delivery = DeliveryLog(num_workers, self._num_yielded, self._skip)
         self._active = [True] * num_workers
-        self._worker_cycle = itertools.cycle(range(num_workers))
+        self._cursor = 0  # round-robin: the worker considered next
+        self._task_worker: dict[int, int] = {}  # dispatched, not yet delivered or forgotten
+        if streams is not None:
+            self._active = list(streams.active)
+            self._delivery.states = list(streams.states)
+            self._delivery.counts = list(streams.counts)
+            self._cursor = streams.next_worker
         self._sampler_done = False
         if self._pool is None:
             self._pool = self._with_pin_thread(_make_pool(self._setup, self._options, self._zygote))
@@ -109,7 +131,7 @@ class MultiWorkerIterator(LoaderIterator):
             pool.send(worker_id, (msg.RESUME, shared_seed))
         waiting = self._options.num_workers
         while waiting:
-            for _, (_, status, payload) in pool.receive(None):
+            for _, (_, status, payload, _) in pool.receive(None):
                 if status == msg.RESUMED:
                     waiting -= 1
                 elif status == msg.INIT_ERROR:
@@ -138,7 +160,7 @@ class MultiWorkerIterator(LoaderIterator):
         if worker_id is None:
             return False
         try:
-            _, request = self._next_request()
+            position, request = self._next_request()
         except StopIteration:
             self._sampler_done = True
             return False
@@ -146,13 +168,18 @@ class MultiWorkerIterator(LoaderIterator):
         self._next_task_id += 1
         self._require_pool().send(worker_id, (msg.TASK, task_id, request))
         self._owner[task_id] = worker_id
+        self._task_worker[task_id] = worker_id
+        self._task_position[task_id] = position
         self._buffer.expect(task_id)
         return True
 
-    def _next_active_worker(self) -> int | None:
-        for _ in range(self._options.num_workers):
-            worker_id = next(self._worker_cycle)
+    def _next_active_worker(self, advance: bool = True) -> int | None:
+        num_workers = self._options.num_workers
+        for step in range(num_workers):
+            worker_id = (self._cursor + step) % num_workers
             if self._active[worker_id]:
+                if advance:
+                    self._cursor = (worker_id + 1) % num_workers
                 return worker_id
         return None
 
@@ -185,10 +212,10 @@ class MultiWorkerIterator(LoaderIterator):
         ready = self._require_pool().receive(timeout)
         if not ready and timeout is not None:
             raise RuntimeError(f"DataLoader timed out after {self._options.timeout_s} seconds")
-        for worker_id, (task_id, status, payload) in ready:
-            self._handle(worker_id, task_id, status, payload)
+        for worker_id, (task_id, status, payload, info) in ready:
+            self._handle(worker_id, task_id, status, payload, info)
 
-    def _handle(self, worker_id: int, task_id: int, status: int, payload: Any) -> None:
+    def _handle(self, worker_id: int, task_id: int, status: int, payload: Any, info: Any) -> None:
         if status == msg.INIT_ERROR:
             self.close()
             payload.reraise()
@@ -196,9 +223,13 @@ class MultiWorkerIterator(LoaderIterator):
             return  # a late answer to a task of an abandoned epoch
         del self._owner[task_id]
         if status == msg.END:
+            self._task_position.pop(task_id, None)
             self._retire(worker_id, task_id)
             return
-        self._buffer.put(task_id, (status, payload))
+        if info is not None:
+            self.clock.worker_did(worker_id, info[0])
+        position = self._task_position.pop(task_id)
+        self._buffer.put(task_id, (status, payload, task_id, position, info))
 
     def _retire(self, worker_id: int, end_task_id: int) -> None:
         """The worker's stream is exhausted: forget its queued tasks, stop sending it more."""
@@ -206,18 +237,51 @@ class MultiWorkerIterator(LoaderIterator):
         orphans = [t for t, w in self._owner.items() if w == worker_id]
         for task_id in orphans:
             del self._owner[task_id]
+            self._task_position.pop(task_id, None)
+        for task_id in (end_task_id, *orphans):
+            self._task_worker.pop(task_id, None)
         self._buffer.forget([end_task_id, *orphans])
         if not self._options.persistent_workers:
             self._require_pool().retire(worker_id)
 
-    def _unwrap(self, result: tuple[int, Any]) -> Any:
-        status, payload = result
+    def _unwrap(self, result: tuple[int, Any, int, int, Any]) -> Any:
+        status, payload, task_id, position, info = result
+        worker_id = self._task_worker.pop(task_id)
+        self._delivery.delivered(worker_id, position, None if info is None else info[1])
         if status == msg.ERROR:
             assert isinstance(payload, RemoteError)
             payload.reraise()
         if self._pin is not None:
             payload = self._pin(payload)
         return payload
+
+    def state_dict(self) -> LoaderStateDict:
+        state = super().state_dict()
+        delivery = self._delivery
+        if self._plan.iterable_style:
+            state["workers"] = {
+                "num_workers": self._options.num_workers,
+                "states": list(delivery.states),
+                "counts": list(delivery.counts),
+                # a worker whose end was seen still counts until its last batch is delivered
+                "active": [
+                    active or worker_id in self._task_worker.values()
+                    for worker_id, active in enumerate(self._active)
+                ],
+                "next_worker": self._next_worker_to_deliver(),
+            }
+        elif not self._options.in_order:
+            state["yielded"] = delivery.watermark
+            state["delivered_ahead"] = sorted(delivery.ahead)
+        return state
+
+    def _next_worker_to_deliver(self) -> int:
+        """The worker whose batch comes next in delivery order (in_order round-robin)."""
+        head = self._buffer.head() if isinstance(self._buffer, InOrderBuffer) else None
+        if head is not None and head in self._task_worker:
+            return self._task_worker[head]
+        worker_id = self._next_active_worker(advance=False)
+        return 0 if worker_id is None else worker_id
 
     def _end_epoch_early(self) -> None:
         if not self._options.persistent_workers:

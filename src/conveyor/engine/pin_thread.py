@@ -61,11 +61,11 @@ class _Failure:
 
 
 def _pinned(message: Any, pin: Callable[[Any], Any]) -> Any:
-    task_id, status, payload = message
+    task_id, status, payload, info = message
     if status != msg.OK:
         return message
     try:
-        return (task_id, status, pin(payload))
+        return (task_id, status, pin(payload), info)
     except Exception:
         return (task_id, msg.ERROR, RemoteError(WHERE))
 

@@ -47,6 +47,13 @@ class InOrderBuffer:
     def put(self, task_id: int, result: Any) -> None:
         self._arrived[task_id] = result
 
+    def head(self) -> int | None:
+        """The task whose result is handed out next, if any is pending."""
+        for task_id in self._pending:
+            if task_id not in self._forgotten:
+                return task_id
+        return None
+
     def forget(self, task_ids: Iterable[int]) -> None:
         self._forgotten.update(task_ids)
 

@@ -8,7 +8,7 @@ from typing import Any
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
-from conveyor.state.loader_state import LoaderStateDict, Resume
+from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.state.protocol import has_state
 
 
@@ -29,6 +29,7 @@ class SingleProcessIterator(LoaderIterator):
 
     def _resume_stream(self, resume: Resume) -> None:
         """Streams seek with their own state when they have one; otherwise replay."""
+        stream_resume_for(self._plan, resume)  # raises if saved with workers
         saved = resume.state.get("dataset")
         if saved is not None and has_state(self._dataset):
             self._dataset.load_state_dict(saved)

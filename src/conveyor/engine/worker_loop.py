@@ -7,6 +7,8 @@ It knows nothing about pipes or queues: the pool hands it ``receive`` (blocks; r
 from __future__ import annotations
 
 import copy
+import pickle
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,7 @@ from conveyor.engine.fetch import IterableFetcher, MapFetcher, make_fetcher
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import seed_process_rngs
 from conveyor.engine.worker_info import WorkerInfo, install_worker_info
+from conveyor.state.protocol import has_state
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,13 @@ class WorkerSetup:
     num_workers: int
     worker_init_fn: Callable[[int], None] | None
     worker_type: str
+    batch_size: int = 1  # iterable-style requests: samples per batch (auto-collation)
     graph_hook: Callable[[Any, int, int, int | None], Any] | None = None
     shared_seed: int | None = None
+    # Resuming a checkpoint of a stream: per worker, the pickled dataset state to load, or
+    # (datasets without state) how many of its batches to read and drop first.
+    stream_states: tuple[bytes | None, ...] | None = None
+    stream_skips: tuple[int, ...] | None = None
 
 
 def _where(setup: WorkerSetup, worker_id: int) -> str:
@@ -86,28 +94,50 @@ def run_worker(
     try:
         dataset, _ = _prepare(setup, worker_id)
         fetcher = _fetcher(setup, dataset)
+        ended = _resume_stream(setup, worker_id, dataset, fetcher)
     except Exception:
-        send((msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
+        send((msg.NO_TASK, msg.INIT_ERROR, RemoteError(where), None))
         return
-    ended = False
+    stateful = setup.iterable_style and has_state(dataset)
+    clock = time.perf_counter
     while (message := receive()) is not None:
         if message[0] == msg.RESUME:
             if setup.graph_hook is not None:
                 dataset = setup.graph_hook(setup.dataset, worker_id, setup.num_workers, message[1])
             fetcher = _fetcher(setup, dataset)
             ended = False
-            send((msg.NO_TASK, msg.RESUMED, None))
+            send((msg.NO_TASK, msg.RESUMED, None, None))
             continue
         _, task_id, request = message
         if ended:
             continue  # tasks queued before the main process learnt of the end get no answer
+        started = clock()
         try:
-            send((task_id, msg.OK, fetcher.fetch(request)))
+            data = fetcher.fetch(request)
+            state = pickle.dumps(dataset.state_dict()) if stateful else None
+            send((task_id, msg.OK, data, (clock() - started, state)))
         except StopIteration:
             if not setup.iterable_style:
-                send((task_id, msg.ERROR, RemoteError(where)))
+                send((task_id, msg.ERROR, RemoteError(where), None))
                 continue
             ended = True
-            send((task_id, msg.END, None))
+            send((task_id, msg.END, None, None))
         except Exception:
-            send((task_id, msg.ERROR, RemoteError(where)))
+            send((task_id, msg.ERROR, RemoteError(where), None))
+
+
+def _resume_stream(
+    setup: WorkerSetup, worker_id: int, dataset: Any, fetcher: MapFetcher | IterableFetcher
+) -> bool:
+    """Put this worker's stream where the checkpoint left it; True if it had ended."""
+    if setup.stream_states is not None:
+        state = setup.stream_states[worker_id]
+        if state is not None and has_state(dataset):
+            dataset.load_state_dict(pickle.loads(state))
+    if setup.stream_skips is not None:
+        for _ in range(setup.stream_skips[worker_id]):
+            try:
+                fetcher.fetch([None] * setup.batch_size if setup.auto_collation else None)
+            except StopIteration:
+                return True
+    return False

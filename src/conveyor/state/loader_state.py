@@ -24,7 +24,8 @@ class WorkerStreams(TypedDict):
     """Streams read by workers: each worker's dataset state and the round-robin cursor."""
 
     num_workers: int
-    states: list[Any]  # per worker: dataset state after its last delivered batch, or None
+    states: list[bytes | None]  # per worker: pickled dataset state after its last batch
+    counts: list[int]  # per worker: batches delivered this epoch
     active: list[bool]  # False once a worker's stream has ended this epoch
     next_worker: int  # the worker whose batch the user receives next
 
@@ -111,3 +112,71 @@ def check_version(state: LoaderStateDict) -> None:
             f"DataLoader state_dict has version {version!r}; this conveyor reads version "
             f"{STATE_VERSION}. Was it saved by a different library or release?"
         )
+
+
+class DeliveryLog:
+    """What the user has received this epoch, as a checkpoint must record it.
+
+    Streams: each worker's dataset state after its last delivered batch, and how many of
+    its batches were delivered. Map-style with ``in_order=False``: the positions delivered,
+    as a watermark (every position below it) plus the ones delivered ahead of it.
+    """
+
+    def __init__(self, num_workers: int, watermark: int, ahead: set[int]):
+        self.states: list[bytes | None] = [None] * num_workers
+        self.counts = [0] * num_workers
+        self.watermark = watermark
+        self.ahead = set(ahead)
+
+    def delivered(self, worker_id: int, position: int, state: bytes | None) -> None:
+        self.counts[worker_id] += 1
+        if state is not None:
+            self.states[worker_id] = state
+        if position != self.watermark:
+            self.ahead.add(position)
+            return
+        self.watermark += 1
+        while self.watermark in self.ahead:
+            self.ahead.discard(self.watermark)
+            self.watermark += 1
+
+
+@dataclass(frozen=True)
+class StreamResume:
+    """How each worker of a resumed stream picks up: state to load, or batches to drop."""
+
+    states: tuple[bytes | None, ...]
+    counts: tuple[int, ...]
+    active: tuple[bool, ...]
+    next_worker: int
+
+    @property
+    def skips(self) -> tuple[int, ...]:
+        """Workers whose dataset has no state replay (read and drop) what they delivered."""
+        return tuple(
+            0 if s is not None else c for s, c in zip(self.states, self.counts, strict=True)
+        )
+
+
+def stream_resume_for(plan: Any, resume: Resume | None) -> StreamResume | None:
+    """Check that a stream checkpoint fits this loader's workers and unpack it."""
+    if resume is None or not plan.iterable_style or not resume.state.get("in_epoch"):
+        return None
+    num_workers = plan.workers.num_workers if plan.workers is not None else 0
+    workers = resume.state.get("workers")
+    saved = workers["num_workers"] if workers else 0
+    if saved != num_workers:
+        raise ValueError(
+            f"this checkpoint of an iterable-style dataset was taken with num_workers={saved}; "
+            f"a stream cannot be re-split between a different number of workers (here "
+            f"{num_workers}). Resume with num_workers={saved}, or use a map-style dataset "
+            "(any num_workers) or a DataPipe graph whose source can seek."
+        )
+    if workers is None:
+        return None
+    return StreamResume(
+        states=tuple(workers["states"]),
+        counts=tuple(workers["counts"]),
+        active=tuple(workers["active"]),
+        next_worker=int(workers["next_worker"]),
+    )
