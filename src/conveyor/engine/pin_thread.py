@@ -67,7 +67,7 @@ def _pinned(message: Any, pin: Callable[[Any], Any]) -> Any:
     try:
         return (task_id, status, pin(payload), info)
     except Exception:
-        return (task_id, msg.ERROR, RemoteError(WHERE))
+        return (task_id, msg.ERROR, RemoteError(WHERE), info)
 
 
 def _pin_loop(
