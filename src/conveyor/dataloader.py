@@ -61,6 +61,8 @@ class DataLoader(Generic[T_co]):
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
             longer ranks are dropped.
+        snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
+            step is exact here (see ``state_dict``), so it changes nothing.
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 
@@ -98,7 +100,10 @@ class DataLoader(Generic[T_co]):
         worker_type: str | None = None,
         worker_method: str | None = None,
         fullsync: bool = False,
+        snapshot_every_n_steps: int | None = None,
     ) -> None:
+        _check_snapshot_steps(snapshot_every_n_steps)
+        self.snapshot_every_n_steps = snapshot_every_n_steps
         _check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
@@ -405,6 +410,14 @@ def _check_worker_args(
         raise ValueError("prefetch_factor option should be non-negative")
     if persistent_workers and num_workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0")
+
+
+def _check_snapshot_steps(steps: int | None) -> None:
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0):
+        raise ValueError(
+            "snapshot_every_n_steps should be a positive integer or None, but got "
+            f"snapshot_every_n_steps={steps!r}"
+        )
 
 
 def _resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:

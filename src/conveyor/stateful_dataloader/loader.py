@@ -30,12 +30,4 @@ class StatefulDataLoader(DataLoader[T_co]):
         snapshot_every_n_steps: int | None = 1,
         **kwargs: Any,
     ) -> None:
-        if snapshot_every_n_steps is not None and (
-            not isinstance(snapshot_every_n_steps, int) or snapshot_every_n_steps <= 0
-        ):
-            raise ValueError(
-                "snapshot_every_n_steps should be a positive integer or None, but got "
-                f"snapshot_every_n_steps={snapshot_every_n_steps!r}"
-            )
-        self.snapshot_every_n_steps = snapshot_every_n_steps
-        super().__init__(dataset, *args, **kwargs)
+        super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
