@@ -54,3 +54,25 @@ def test_slow_training_step_is_reported_as_the_bottleneck() -> None:
 def test_stats_before_iterating() -> None:
     stats = DataLoader(SlowItems(3, 0.0)).stats()
     assert stats.batches == 0 and "nothing loaded yet" in stats.summary()
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_worker_busy_time_is_reported(worker_type: str) -> None:
+    loader = DataLoader(SlowItems(16, 0.002), batch_size=2, num_workers=2, worker_type=worker_type)
+    for _ in loader:
+        pass
+    workers = loader.stats().workers
+    assert [w.worker_id for w in workers] == [0, 1]
+    assert [w.batches for w in workers] == [4, 4]
+    assert all(w.busy_s >= 4 * 2 * 0.002 for w in workers)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pin_memory_without_accelerator_warns_and_loads(num_workers: int) -> None:
+    import torch
+
+    if torch.accelerator.is_available():
+        pytest.skip("this machine can pin")
+    loader = DataLoader(SlowItems(4, 0.0), batch_size=2, pin_memory=True, num_workers=num_workers)
+    with pytest.warns(UserWarning, match="no accelerator is found"):
+        assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]

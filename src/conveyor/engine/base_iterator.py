@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.engine.pin_thread import warn_unpinnable
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.state.loader_state import (
@@ -41,6 +42,8 @@ class LoaderIterator:
         if plan.pin_memory and pin_memory_available(plan.pin_memory_device):
             device = plan.pin_memory_device or None
             self._pin = lambda data: pin_memory(data, device)
+        elif plan.pin_memory:
+            warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._begin_epoch(resume, draw_base_seed_now=True)
 
     # ------------------------------------------------------------------ epochs

@@ -13,7 +13,7 @@ from typing import Any
 
 from conveyor.engine import messages as msg
 from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.pin_thread import PinningPool, warn_unpinnable
+from conveyor.engine.pin_thread import PinningPool
 from conveyor.engine.plan import LoadPlan, WorkerOptions
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.process_pool import ProcessPool
@@ -66,8 +66,6 @@ class MultiWorkerIterator(LoaderIterator):
         super().__init__(plan, len_hint, resume)
         self._zygote = zygote
         streams = stream_resume_for(plan, resume)
-        if plan.pin_memory and self._pin is None:
-            warn_unpinnable()
         assert plan.workers is not None
         self._options = plan.workers
         self._setup = WorkerSetup(
