@@ -18,13 +18,14 @@ Differences:
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+
+from conveyor.transport.structure import is_namedtuple, rebuild_mapping, rebuild_sequence
 
 __all__ = [
     "CollateFnMap",
@@ -125,38 +126,6 @@ def _allocated_output(
     return buffer[:numel].view(len(tensors), *first.shape)
 
 
-def _rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any:
-    """A container like ``template`` holding ``values``, or a plain dict if it cannot be built.
-
-    A mutable mapping is copied and updated so that extra attributes survive (torch's rule).
-    """
-    try:
-        if isinstance(template, MutableMapping):
-            clone = copy.copy(template)
-            clone.update(values)
-            return clone
-        return type(template)(values)  # type: ignore[call-arg]
-    except TypeError:
-        return values
-
-
-def _rebuild_sequence(template: Sequence[Any], values: list[Any]) -> Any:
-    """A sequence like ``template`` holding ``values``, or ``values`` itself (torch's rule)."""
-    try:
-        if isinstance(template, MutableSequence):
-            clone = copy.copy(template)
-            for index, value in enumerate(values):
-                clone[index] = value
-            return clone
-        return type(template)(values)  # type: ignore[call-arg]
-    except TypeError:
-        return values
-
-
-def _is_namedtuple(obj: object) -> bool:
-    return isinstance(obj, tuple) and hasattr(obj, "_fields")
-
-
 def default_convert(data: Any) -> Any:
     """Same as ``torch.utils.data.default_convert``: NumPy arrays and scalars become tensors.
 
@@ -177,13 +146,13 @@ def default_convert(data: Any) -> Any:
 def _convert_container(data: Mapping[Any, Any] | Sequence[Any]) -> Any:
     if isinstance(data, Mapping):
         values = {key: default_convert(data[key]) for key in data}
-        return values if type(data) is dict else _rebuild_mapping(data, values)
-    if _is_namedtuple(data):
+        return values if type(data) is dict else rebuild_mapping(data, values)
+    if is_namedtuple(data):
         return type(data)(*(default_convert(item) for item in data))
     items = [default_convert(item) for item in data]
     if type(data) is list or isinstance(data, tuple):
         return items  # torch turns tuples into lists, for backwards compatibility
-    return _rebuild_sequence(data, items)
+    return rebuild_sequence(data, items)
 
 
 def _lookup(elem: object, collate_fn_map: CollateFnMap) -> Callable[..., Any] | None:
@@ -214,8 +183,8 @@ def collate(batch: Sequence[Any], *, collate_fn_map: CollateFnMap | None = None)
         values = {
             key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in elem
         }
-        return values if elem_type is dict else _rebuild_mapping(elem, values)
-    if _is_namedtuple(elem):
+        return values if elem_type is dict else rebuild_mapping(elem, values)
+    if is_namedtuple(elem):
         fields = zip(*batch, strict=False)
         return elem_type(*(collate(field, collate_fn_map=collate_fn_map) for field in fields))
     if isinstance(elem, Sequence):
@@ -234,7 +203,7 @@ def _collate_sequence(
     values = [collate(field, collate_fn_map=collate_fn_map) for field in fields]
     if type(elem) is list or isinstance(elem, tuple):
         return values  # torch returns tuples as lists, for backwards compatibility.
-    return _rebuild_sequence(elem, values)
+    return rebuild_sequence(elem, values)
 
 
 def collate_tensor_fn(

@@ -7,11 +7,12 @@ batches as they arrive lives in ``engine/``.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+
+from conveyor.transport.structure import rebuild_mapping, rebuild_sequence
 
 __all__ = [
     "MPS_UNSUPPORTED_WARNING",
@@ -74,41 +75,12 @@ def pin_memory(data: Any, device: str | None = None) -> Any:
         return data
     if isinstance(data, Mapping):
         values = {key: pin_memory(value, device) for key, value in data.items()}
-        return values if type(data) is dict else _rebuild_mapping(data, values)
+        return values if type(data) is dict else rebuild_mapping(data, values)
     if isinstance(data, tuple):
         if hasattr(data, "_fields"):  # namedtuple
             return type(data)(*(pin_memory(item, device) for item in data))
         return type(data)(pin_memory(item, device) for item in data)
     if isinstance(data, Sequence):
         items = [pin_memory(item, device) for item in data]
-        return items if type(data) is list else _rebuild_sequence(data, items)
+        return items if type(data) is list else rebuild_sequence(data, items)
     return data
-
-
-def _rebuild_mapping(template: Mapping[Any, Any], values: dict[Any, Any]) -> Any:
-    """A mapping like ``template`` holding ``values``, else ``values`` (torch's rule).
-
-    A mutable mapping is copied and updated so that extra attributes (a defaultdict's
-    factory) survive.
-    """
-    try:
-        if isinstance(template, MutableMapping):
-            clone = copy.copy(template)
-            clone.update(values)
-            return clone
-        return type(template)(values)  # type: ignore[call-arg]
-    except TypeError:
-        return values
-
-
-def _rebuild_sequence(template: Sequence[Any], items: list[Any]) -> Any:
-    """A sequence like ``template`` holding ``items``, else ``items`` (torch's rule)."""
-    try:
-        if isinstance(template, MutableSequence):
-            clone = copy.copy(template)
-            for index, item in enumerate(items):
-                clone[index] = item
-            return clone
-        return type(template)(items)  # type: ignore[call-arg]
-    except TypeError:
-        return items
