@@ -76,3 +76,20 @@ def test_pin_memory_without_accelerator_warns_and_loads(num_workers: int) -> Non
     loader = DataLoader(SlowItems(4, 0.0), batch_size=2, pin_memory=True, num_workers=num_workers)
     with pytest.warns(UserWarning, match="no accelerator is found"):
         assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+
+
+def test_progress_bar_shows_throughput_and_data_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    import tqdm
+
+    from conveyor.stats import progress
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no process-wide monitor thread
+
+    out = io.StringIO()
+    loader = DataLoader(SlowItems(40, 0.0), batch_size=2)
+    seen = list(progress(loader, every=5, file=out, mininterval=0))
+    assert len(seen) == 20
+    text = out.getvalue()
+    assert "20/20" in text and "samples_s=" in text and "data_wait=" in text
