@@ -65,6 +65,7 @@ def test_duplicate_extension_is_an_error() -> None:
 def test_webdataset_library_parity(tmp_path: Any) -> None:
     """Same samples as the WebDataset library's own grouping, when it is installed."""
     import webdataset as wds
+
     path = tmp_path / "s.tar"
     names = ["a/1.jpg", "a/1.seg.png", "a/1.cls", "README", "a/2.jpg", "b/2.jpg", "3.TXT"]
     with tarfile.open(path, "w") as archive:
