@@ -303,3 +303,30 @@ def test_zygote_worker_death_is_reported() -> None:
     # the loader (and its zygote) still works for the next epoch
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
         list(loader)
+
+
+class PrivateDraws(Range):
+    """Draws from the worker's private generators (race-free in thread workers)."""
+
+    def __getitem__(self, i: int) -> tuple[float, float, float]:
+        info = conveyor.get_worker_info()
+        assert info is not None and info.rng is not None
+        rng = info.rng
+        return rng.random.random(), float(torch.rand((), generator=rng.torch)), rng.numpy.random()
+
+
+@pytest.mark.parametrize("worker_type", KINDS)
+def test_private_worker_generators_are_reproducible_and_distinct(worker_type: str) -> None:
+    def draws() -> list[Any]:
+        loader = DataLoader(
+            PrivateDraws(8),
+            batch_size=None,
+            num_workers=2,
+            worker_type=worker_type,
+            generator=torch.Generator().manual_seed(21),
+        )
+        return list(loader)
+
+    first, second = draws(), draws()
+    assert first == second  # same loader seed, same draws, threads or not
+    assert first[0] != first[1]  # workers 0 and 1 draw different streams

@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
+
 from conveyor.torch_compat import publish_worker_info
 
-__all__ = ["WorkerInfo", "get_worker_info"]
+__all__ = ["WorkerInfo", "WorkerRandom", "get_worker_info"]
+
+
+@dataclass(frozen=True)
+class WorkerRandom:
+    """Random generators private to one worker, seeded from its ``seed``.
+
+    Thread workers share the process-wide ``random``/torch/NumPy state (reseeding it would
+    reseed the main thread too), so they should draw from these instead: no races, and
+    the same draws every run for the same loader generator.
+    """
+
+    random: random.Random
+    torch: torch.Generator
+    numpy: np.random.Generator
+
+    @classmethod
+    def seeded(cls, seed: int, numpy_state: Any) -> WorkerRandom:
+        return cls(
+            random=random.Random(seed),
+            torch=torch.Generator().manual_seed(seed),
+            numpy=np.random.default_rng(numpy_state),
+        )
 
 
 @dataclass(frozen=True)
@@ -16,7 +42,8 @@ class WorkerInfo:
     """Same as `torch.utils.data.WorkerInfo`: id, num_workers, seed and the worker's dataset.
 
     Differences: it is a frozen dataclass (torch forbids setting attributes after
-    construction too) and carries ``worker_type`` (``"process"`` or ``"thread"``).
+    construction too), carries ``worker_type`` (``"process"`` or ``"thread"``) and
+    ``rng``, generators private to this worker (see `WorkerRandom`).
     """
 
     id: int
@@ -24,6 +51,7 @@ class WorkerInfo:
     seed: int
     dataset: Any
     worker_type: str = "process"
+    rng: WorkerRandom | None = None
 
 
 # A process worker sets the process-wide value; a thread worker sets a thread-local one so

@@ -16,8 +16,8 @@ from typing import Any
 from conveyor.engine import messages as msg
 from conveyor.engine.fetch import IterableFetcher, MapFetcher, make_fetcher
 from conveyor.engine.remote_error import RemoteError
-from conveyor.engine.seeding import seed_process_rngs
-from conveyor.engine.worker_info import WorkerInfo, install_worker_info
+from conveyor.engine.seeding import numpy_seed_state, seed_process_rngs
+from conveyor.engine.worker_info import WorkerInfo, WorkerRandom, install_worker_info
 from conveyor.state.protocol import has_state
 
 
@@ -69,8 +69,9 @@ def _prepare(setup: WorkerSetup, worker_id: int) -> tuple[Any, int]:
     dataset = _own_copy(setup.dataset) if setup.worker_type == "thread" else setup.dataset
     if setup.graph_hook is not None:
         dataset = setup.graph_hook(dataset, worker_id, setup.num_workers, setup.shared_seed)
+    rng = WorkerRandom.seeded(seed, numpy_seed_state(setup.base_seed, worker_id))
     install_worker_info(
-        WorkerInfo(worker_id, setup.num_workers, seed, dataset, worker_type=setup.worker_type)
+        WorkerInfo(worker_id, setup.num_workers, seed, dataset, setup.worker_type, rng)
     )
     if setup.worker_init_fn is not None:
         setup.worker_init_fn(worker_id)
