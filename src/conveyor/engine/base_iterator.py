@@ -8,6 +8,7 @@ from typing import Any
 
 from conveyor.engine.pin_thread import warn_unpinnable
 from conveyor.engine.plan import LoadPlan
+from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.state.loader_state import (
     STATE_VERSION,
@@ -52,10 +53,13 @@ class LoaderIterator:
         checkpoint says was delivered. Draw order is torch's: iter(sampler), shared
         seed, base seed, then the sampler's own draws on its first ``next``."""
         plan = self._plan
+        self._replicas = distributed_sampler(plan.index_sampler)
+        self._consumed_before, skip_delivered = 0, True
         if resume is not None:
             check_version(resume.state)
             restore_epoch_start(resume.state, plan.generator, stateful_sampler(plan))
             draw_base_seed_now = resume.state.get("drew_base_seed", True)
+            self._consumed_before, skip_delivered = apply_replica_resume(self._replicas, resume)
         self._epoch_start = capture_epoch_start(plan.generator)
         self._sampler_iter = iter(plan.index_sampler)
         capture_sampler_start(self._epoch_start, stateful_sampler(plan))
@@ -73,7 +77,7 @@ class LoaderIterator:
         self.finished = False
         self.clock = StepClock()
         self._samples_per_batch = getattr(plan.index_sampler, "batch_size", None) or 1
-        if resume is not None:
+        if resume is not None and skip_delivered:
             self._skip_delivered(resume)
 
     def _skip_delivered(self, resume: Resume) -> None:
@@ -102,6 +106,9 @@ class LoaderIterator:
             "delivered_ahead": [],
             "dataset": None,
             "workers": None,
+            "replicas": replica_state(
+                self._replicas, self._samples_per_batch, self._consumed_before
+            ),
         }
 
     def _next_request(self) -> tuple[int, Any]:

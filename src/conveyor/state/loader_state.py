@@ -43,6 +43,7 @@ class LoaderStateDict(TypedDict, total=False):
     delivered_ahead: list[int]  # in_order=False: positions >= yielded already delivered
     dataset: Any  # single process, streams: the dataset's state
     workers: WorkerStreams | None
+    replicas: Any  # DistributedSampler: world size and global progress (engine/rank_resume.py)
 
 
 @dataclass
