@@ -14,6 +14,7 @@ from conveyor.datapipes.base import (
     StateDict,
     functional_datapipe,
 )
+from conveyor.datapipes.profiling import PipelineProfile, StageProfile, profile_pipeline
 
 __all__ = [
     "Cursor",
@@ -21,8 +22,11 @@ __all__ = [
     "IterDataPipe",
     "MapDataPipe",
     "NotAvailable",
+    "PipelineProfile",
+    "StageProfile",
     "StateDict",
     "functional_datapipe",
     "iter",
     "map",
+    "profile_pipeline",
 ]
