@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
-import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing.context import BaseContext
@@ -27,6 +25,13 @@ from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.engine.zygote import Zygote
 from conveyor.graph_settings import apply_shuffle_settings
+from conveyor.loader_args import (
+    check_snapshot_steps,
+    check_worker_args,
+    resolve_context,
+    resolve_worker_type,
+    warn_if_too_many_workers,
+)
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.stats.counters import LoaderStats, StepClock
@@ -36,7 +41,6 @@ __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "ge
 
 T_co = TypeVar("T_co", covariant=True)
 
-WORKER_TYPES = ("process", "thread")
 _FROZEN_AFTER_INIT = frozenset(
     ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 )
@@ -102,9 +106,9 @@ class DataLoader(Generic[T_co]):
         fullsync: bool = False,
         snapshot_every_n_steps: int | None = None,
     ) -> None:
-        _check_snapshot_steps(snapshot_every_n_steps)
+        check_snapshot_steps(snapshot_every_n_steps)
         self.snapshot_every_n_steps = snapshot_every_n_steps
-        _check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
+        check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
         self.dataset = dataset
@@ -114,7 +118,7 @@ class DataLoader(Generic[T_co]):
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn
-        self.worker_type = _resolve_worker_type(worker_type, worker_method)
+        self.worker_type = resolve_worker_type(worker_type, worker_method)
         self.multiprocessing_context = multiprocessing_context
         self.in_order = in_order
         self.fullsync = fullsync
@@ -201,27 +205,7 @@ class DataLoader(Generic[T_co]):
 
     @multiprocessing_context.setter
     def multiprocessing_context(self, context: str | BaseContext | None) -> None:
-        if context is not None:
-            if self.num_workers == 0:
-                raise ValueError(
-                    "multiprocessing_context can only be used with multi-process loading "
-                    f"(num_workers > 0), but got num_workers={self.num_workers}"
-                )
-            if isinstance(context, str):
-                methods = multiprocessing.get_all_start_methods()
-                if context not in methods:
-                    raise ValueError(
-                        "multiprocessing_context option should specify a valid start method "
-                        f"in {methods!r}, but got multiprocessing_context={context!r}"
-                    )
-                context = multiprocessing.get_context(context)
-            if not isinstance(context, BaseContext):
-                raise TypeError(
-                    "multiprocessing_context option should be a valid context object or a "
-                    f"string specifying the start method, but got "
-                    f"multiprocessing_context={context}"
-                )
-        self.__multiprocessing_context = context
+        self.__multiprocessing_context = resolve_context(context, self.num_workers)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__initialized and name in _FROZEN_AFTER_INIT:
@@ -232,28 +216,8 @@ class DataLoader(Generic[T_co]):
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""
-        if self.num_workers == 0 or self.worker_type == "thread":
-            return
-        try:
-            suggested: int | None = len(os.sched_getaffinity(0))
-        except AttributeError:
-            suggested = os.cpu_count()
-        if suggested is not None and self.num_workers <= suggested:
-            return
-        detail = (
-            f"Our suggested max number of worker in current system is {suggested}, which is "
-            "smaller than what this DataLoader is going to create."
-            if suggested is not None
-            else "DataLoader is not able to compute a suggested max number of worker."
-        )
-        warnings.warn(
-            f"This DataLoader will create {self.num_workers} worker processes in total. "
-            f"{detail} Please be aware that excessive worker creation might get DataLoader "
-            "running slow or even freeze, lower the worker number to avoid potential "
-            "slowness/freeze if necessary.",
-            UserWarning,
-            stacklevel=3,
-        )
+        if self.num_workers and self.worker_type != "thread":
+            warn_if_too_many_workers(self.num_workers)
 
     # ------------------------------------------------------------- iteration
     @property
@@ -389,44 +353,3 @@ class DataLoader(Generic[T_co]):
                 return length // self.batch_size
             return math.ceil(length / self.batch_size)
         return length
-
-
-def _check_worker_args(
-    num_workers: int, timeout: float, prefetch_factor: int | None, persistent_workers: bool
-) -> None:
-    if num_workers < 0:
-        raise ValueError(
-            "num_workers option should be non-negative; use num_workers=0 to disable "
-            "multiprocessing."
-        )
-    if timeout < 0:
-        raise ValueError("timeout option should be non-negative")
-    if num_workers == 0 and prefetch_factor is not None:
-        raise ValueError(
-            "prefetch_factor option could only be specified in multiprocessing. Let "
-            "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
-        )
-    if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
-    if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0")
-
-
-def _check_snapshot_steps(steps: int | None) -> None:
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0):
-        raise ValueError(
-            "snapshot_every_n_steps should be a positive integer or None, but got "
-            f"snapshot_every_n_steps={steps!r}"
-        )
-
-
-def _resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:
-    if worker_type is not None and worker_method is not None and worker_type != worker_method:
-        raise ValueError(
-            f"worker_type={worker_type!r} and its alias worker_method={worker_method!r} "
-            "disagree; pass only worker_type"
-        )
-    chosen = worker_type or worker_method or "process"
-    if chosen not in WORKER_TYPES:
-        raise ValueError(f"worker_type should be one of {WORKER_TYPES}, but got {chosen!r}")
-    return chosen
