@@ -87,7 +87,35 @@ class DataChunk(list[T]):
         yield from self
 
 
-class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co]):
+class _Registry:
+    """Functional names registered at run time (torch's API): ``dp.<name>(...)``.
+
+    Each root class (IterDataPipe, MapDataPipe) owns one ``functions`` dict, shared by its
+    subclasses; built-in operations are typed methods, so this serves user extensions.
+    """
+
+    functions: ClassVar[dict[str, Callable[..., Any]]]
+
+    def __repr__(self) -> str:
+        return type(self).__qualname__
+
+    @classmethod
+    def register_function(cls, function_name: str, function: Callable[..., Any]) -> None:
+        """Make ``dp.<function_name>(...)`` call ``function(dp, ...)`` (torch's API)."""
+        cls.functions[function_name] = function
+
+    @classmethod
+    def register_datapipe_as_function(cls, function_name: str, cls_to_register: type) -> None:
+        """Make ``dp.<function_name>(...)`` build ``cls_to_register(dp, ...)`` (torch's API)."""
+        _register(cls, function_name, cls_to_register)
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            return _lookup(type(self), type(self).functions, self, name)
+
+
+class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co], _Registry):
     """Iterable-style DataPipe; same role as ``torch.utils.data.IterDataPipe``.
 
     Differences from torch: state is explicit (``state_dict``), pulls may be non-blocking
@@ -222,27 +250,9 @@ class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def __repr__(self) -> str:
-        return type(self).__qualname__
-
-    # ----- registry -------------------------------------------------------------------
-    @classmethod
-    def register_function(cls, function_name: str, function: Callable[..., Any]) -> None:
-        """Make ``dp.<function_name>(...)`` call ``function(dp, ...)`` (torch's API)."""
-        cls.functions[function_name] = function
-
-    @classmethod
-    def register_datapipe_as_function(cls, function_name: str, cls_to_register: type) -> None:
-        """Make ``dp.<function_name>(...)`` build ``cls_to_register(dp, ...)`` (torch's API)."""
-        _register(cls, function_name, cls_to_register)
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any:
-            return _lookup(type(self), IterDataPipe.functions, self, name)
 
 
-class MapDataPipe(Dataset[T_co], MapFunctional[T_co]):
+class MapDataPipe(Dataset[T_co], MapFunctional[T_co], _Registry):
     """Map-style DataPipe; same role as ``torch.utils.data.MapDataPipe``.
 
     Map-style nodes are random-access and keep no iteration state, so their state dict is
@@ -273,23 +283,6 @@ class MapDataPipe(Dataset[T_co], MapFunctional[T_co]):
         """The pipes this one reads from (default: found among its attributes)."""
         return _scan_inputs(vars(self))
 
-    def __repr__(self) -> str:
-        return type(self).__qualname__
-
-    @classmethod
-    def register_function(cls, function_name: str, function: Callable[..., Any]) -> None:
-        """Make ``dp.<function_name>(...)`` call ``function(dp, ...)`` (torch's API)."""
-        cls.functions[function_name] = function
-
-    @classmethod
-    def register_datapipe_as_function(cls, function_name: str, cls_to_register: type) -> None:
-        """Make ``dp.<function_name>(...)`` build ``cls_to_register(dp, ...)`` (torch's API)."""
-        _register(cls, function_name, cls_to_register)
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any:
-            return _lookup(type(self), MapDataPipe.functions, self, name)
 
 
 DataPipe = IterDataPipe[Any] | MapDataPipe[Any]
