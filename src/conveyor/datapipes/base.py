@@ -251,7 +251,6 @@ class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co], _Registry):
         self.__dict__.update(state)
 
 
-
 class MapDataPipe(Dataset[T_co], MapFunctional[T_co], _Registry):
     """Map-style DataPipe; same role as ``torch.utils.data.MapDataPipe``.
 
@@ -282,7 +281,6 @@ class MapDataPipe(Dataset[T_co], MapFunctional[T_co], _Registry):
     def datapipe_inputs(self) -> list[DataPipe]:
         """The pipes this one reads from (default: found among its attributes)."""
         return _scan_inputs(vars(self))
-
 
 
 DataPipe = IterDataPipe[Any] | MapDataPipe[Any]
