@@ -36,10 +36,15 @@ def test_slow_loader_is_reported_as_the_bottleneck(num_workers: int) -> None:
     assert stats.loader_is_bottleneck
     assert stats.wait_share > 0.5
     assert "the loader is the bottleneck" in stats.summary()
+    if num_workers:
+        # in order, worker 1's batch may land while the loop waits for worker 0's
+        assert stats.ready_share <= 0.5
+        assert "workers busy" in stats.summary()
 
 
-def test_slow_training_step_is_reported_as_the_bottleneck() -> None:
-    loader = DataLoader(SlowItems(20, 0.0), batch_size=4)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_slow_training_step_is_reported_as_the_bottleneck(num_workers: int) -> None:
+    loader = DataLoader(SlowItems(160, 0.0), batch_size=4, num_workers=num_workers)
     for _ in loader:
         deadline = time.perf_counter() + 0.01  # the training step
         while time.perf_counter() < deadline:
@@ -49,6 +54,9 @@ def test_slow_training_step_is_reported_as_the_bottleneck() -> None:
     assert stats.compute_s > stats.wait_s
     assert "training step is the bottleneck" in stats.summary()
     assert stats.samples_per_s > 0
+    if num_workers:
+        assert stats.ready_share >= 0.8  # workers stay ahead of a slow step
+        assert stats.mean_in_flight >= 0
 
 
 def test_stats_before_iterating() -> None:

@@ -190,9 +190,14 @@ class MultiWorkerIterator(LoaderIterator):
             raise
 
     def _take_next(self) -> Any:
-        while True:
+        result = self._buffer.pop()
+        if result is EMPTY and self._owner:
+            self._handle_all(self._require_pool().receive(0.0))  # already arrived?
             result = self._buffer.pop()
+        ready, in_flight = result is not EMPTY, len(self._owner)
+        while True:
             if result is not EMPTY:
+                self.clock.queue_seen(ready, in_flight)
                 self._fill()
                 return self._unwrap(result)
             if len(self._buffer) == 0 and not self._fill_possible():
@@ -200,6 +205,7 @@ class MultiWorkerIterator(LoaderIterator):
                     self.close()
                 raise StopIteration
             self._collect()
+            result = self._buffer.pop()
 
     def _fill_possible(self) -> bool:
         self._fill()
@@ -210,6 +216,9 @@ class MultiWorkerIterator(LoaderIterator):
         ready = self._require_pool().receive(timeout)
         if not ready and timeout is not None:
             raise RuntimeError(f"DataLoader timed out after {self._options.timeout_s} seconds")
+        self._handle_all(ready)
+
+    def _handle_all(self, ready: list[tuple[int, Any]]) -> None:
         for worker_id, (task_id, status, payload, info) in ready:
             self._handle(worker_id, task_id, status, payload, info)
 

@@ -34,6 +34,18 @@ class LoaderStats:
     wait_s: float  # time the training loop spent inside next()
     compute_s: float  # time between next() calls (the training step)
     workers: tuple[WorkerStats, ...] = field(default_factory=tuple)
+    ready_batches: int = 0  # batches that were already waiting when next() asked (workers)
+    in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
+
+    @property
+    def ready_share(self) -> float:
+        """Share of batches that were ready before the loop asked (workers only)."""
+        return self.ready_batches / self.batches if self.batches else 0.0
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Average number of tasks being worked on when the loop asked for a batch."""
+        return self.in_flight_sum / self.batches if self.batches else 0.0
 
     @property
     def elapsed_s(self) -> float:
@@ -62,6 +74,12 @@ class LoaderStats:
             f"{self.batches} batches, {self.samples_per_s:,.0f} samples/s, "
             f"waiting for data {self.wait_share:.0%} of the time"
         )
+        if self.workers and self.elapsed_s > 0:
+            busy = sum(w.busy_s for w in self.workers) / (len(self.workers) * self.elapsed_s)
+            head += (
+                f", {self.ready_share:.0%} of batches ready when asked, "
+                f"workers busy {min(busy, 1.0):.0%}"
+            )
         if not self.batches:
             return head + ": nothing loaded yet"
         if not self.loader_is_bottleneck:
@@ -81,7 +99,9 @@ class StepClock:
     """Splits the loop's wall time into waiting (inside next) and computing (between)."""
 
     __slots__ = (
+        "_in_flight_sum",
         "_last_exit",
+        "_ready_batches",
         "_worker_batches",
         "_worker_busy",
         "batches",
@@ -98,6 +118,13 @@ class StepClock:
         self._last_exit: float | None = None
         self._worker_batches: dict[int, int] = {}
         self._worker_busy: dict[int, float] = {}
+        self._ready_batches = 0
+        self._in_flight_sum = 0
+
+    def queue_seen(self, ready: bool, in_flight: int) -> None:
+        """Multi-worker: whether the batch was waiting already, and how many were in work."""
+        self._ready_batches += ready
+        self._in_flight_sum += in_flight
 
     def worker_did(self, worker_id: int, busy_s: float) -> None:
         """A worker reported one task that kept it busy for ``busy_s``."""
@@ -122,4 +149,12 @@ class StepClock:
             WorkerStats(w, self._worker_batches[w], self._worker_busy[w])
             for w in sorted(self._worker_batches)
         )
-        return LoaderStats(self.batches, self.samples, self.wait_s, self.compute_s, workers)
+        return LoaderStats(
+            self.batches,
+            self.samples,
+            self.wait_s,
+            self.compute_s,
+            workers,
+            self._ready_batches,
+            self._in_flight_sum,
+        )
