@@ -29,6 +29,7 @@ from conveyor.sampler import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
+from conveyor.string_table import StringTable
 
 __version__ = "0.1.0"
 
@@ -47,6 +48,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "StackDataset",
+    "StringTable",
     "Subset",
     "SubsetRandomSampler",
     "TarShards",

@@ -35,6 +35,7 @@ from conveyor.loader_args import (
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.stats.counters import LoaderStats, StepClock
+from conveyor.string_table import warn_copy_on_read
 from conveyor.torch_compat import is_iterable_style
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
@@ -158,6 +159,7 @@ class DataLoader(Generic[T_co]):
         self._iterator: LoaderIterator | None = None
         self._collectives = RankCollectives()
         self._resume: Resume | None = None
+        self._warned_copy_on_read = False
         self._zygote: Zygote | None = None  # spawn/forkserver: forks each epoch's workers
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
@@ -284,6 +286,9 @@ class DataLoader(Generic[T_co]):
         if plan.workers is None:
             return SingleProcessIterator(plan, len_hint, resume)
         self.check_worker_number_rationality()
+        if self.worker_type == "process" and not self._warned_copy_on_read:
+            self._warned_copy_on_read = True
+            warn_copy_on_read(self.dataset)
         zygote = None
         if uses_zygote(plan.workers):
             if self._zygote is None:
