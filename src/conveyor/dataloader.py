@@ -14,7 +14,7 @@ import torch
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.datapipes.loading import prepare_graph
+from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
@@ -30,6 +30,7 @@ from conveyor.loader_args import (
     check_worker_args,
     resolve_context,
     resolve_worker_type,
+    warn_if_cuda_before_fork,
     warn_if_too_many_workers,
 )
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
@@ -160,6 +161,7 @@ class DataLoader(Generic[T_co]):
         self._collectives = RankCollectives()
         self._resume: Resume | None = None
         self._warned_copy_on_read = False
+        self._warned_unsharded = False
         self._zygote: Zygote | None = None  # spawn/forkserver: forks each epoch's workers
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
@@ -247,6 +249,9 @@ class DataLoader(Generic[T_co]):
         graph_hook = draw_shared_seed = None
         if isinstance(self.dataset, IterDataPipe):
             world_size, rank = world_and_rank()
+            if not self._warned_unsharded:
+                self._warned_unsharded = True
+                warn_if_unsharded(self.dataset, max(1, self.num_workers) * world_size)
             graph_hook = functools.partial(
                 prepare_graph,
                 world_size=world_size,
@@ -289,6 +294,7 @@ class DataLoader(Generic[T_co]):
         if self.worker_type == "process" and not self._warned_copy_on_read:
             self._warned_copy_on_read = True
             warn_copy_on_read(self.dataset)
+            warn_if_cuda_before_fork(self.multiprocessing_context)
         zygote = None
         if uses_zygote(plan.workers):
             if self._zygote is None:

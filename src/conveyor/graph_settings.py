@@ -41,6 +41,11 @@ def _is_sharding_datapipe(datapipe: DataPipe) -> bool:
     return shardable or _has_method(datapipe, "apply_sharding")
 
 
+def has_sharding(datapipe: DataPipe) -> bool:
+    """Whether any node of the graph takes a shard (otherwise every consumer reads it all)."""
+    return any(_is_sharding_datapipe(dp) for dp in list_dps(traverse_dps(datapipe)))
+
+
 def apply_sharding(
     datapipe: DataPipe,
     num_of_instances: int,

@@ -7,6 +7,8 @@ import os
 import warnings
 from multiprocessing.context import BaseContext
 
+import torch
+
 WORKER_TYPES = ("process", "thread")
 
 
@@ -32,6 +34,21 @@ def warn_if_too_many_workers(num_workers: int) -> None:
         UserWarning,
         stacklevel=4,
     )
+
+
+def warn_if_cuda_before_fork(context: BaseContext | None) -> None:
+    """Forked workers cannot use CUDA once the parent initialised it: say so up front."""
+    method = (context or multiprocessing.get_context()).get_start_method()
+    if method == "fork" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        warnings.warn(
+            "CUDA is initialised in this process and the DataLoader's workers will be forked: "
+            "any CUDA call in a worker fails ('Cannot re-initialize CUDA in forked "
+            "subprocess'). Keep CUDA out of the dataset, or pass "
+            "multiprocessing_context='spawn' (conveyor starts spawn workers from one zygote, "
+            "so it stays fast).",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def resolve_context(context: str | BaseContext | None, num_workers: int) -> BaseContext | None:

@@ -101,3 +101,19 @@ def test_rfc_users_example_through_the_loader(num_workers: int) -> None:
     assert inline == sorted([*range(12), *(x * 10 for x in range(12)), *range(100, 112)])
     loaded = list(DataLoader(joined, batch_size=None, num_workers=num_workers))
     assert sorted(_flat(loaded)) == inline
+
+
+def test_unsharded_graph_with_workers_warns_once() -> None:
+    loader = DataLoader(IterableWrapper(range(4)), batch_size=None, num_workers=2)
+    with pytest.warns(UserWarning, match="no sharding node"):
+        first = [int(x) for x in loader]  # (list() would call len() and warn about it too)
+    assert sorted(first) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(int(x) for x in loader) == sorted(first)  # warned once only
+
+
+def test_cuda_initialised_before_fork_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sample_datasets import Range
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.warns(UserWarning, match="Cannot re-initialize CUDA in forked subprocess"):
+        list(DataLoader(Range(2), num_workers=1, multiprocessing_context="fork"))

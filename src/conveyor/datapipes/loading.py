@@ -9,16 +9,29 @@ split follows torch: worker ``w`` of rank ``r`` gets shard ``w * world_size + r`
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import torch
 
 from conveyor.datapipes.base import IterDataPipe, MapDataPipe
-from conveyor.graph_settings import apply_random_seed, apply_sharding
+from conveyor.graph_settings import apply_random_seed, apply_sharding, has_sharding
 
 
 def is_datapipe(dataset: object) -> bool:
     return isinstance(dataset, (IterDataPipe, MapDataPipe))
+
+
+def warn_if_unsharded(datapipe: IterDataPipe[Any], consumers: int) -> None:
+    """Every worker and rank would read the whole graph: say how to split it."""
+    if consumers > 1 and not has_sharding(datapipe):
+        warnings.warn(
+            f"this DataPipe graph has no sharding node, so each of its {consumers} consumers "
+            "(workers x ranks) reads all of it and every item is loaded that many times. "
+            "Add .sharding_filter() (after shuffle) where the stream should be split.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def prepare_graph(
