@@ -26,6 +26,7 @@ from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.engine.zygote import Zygote
 from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.loader_args import (
+    check_on_error,
     check_snapshot_steps,
     check_worker_args,
     resolve_context,
@@ -67,6 +68,10 @@ class DataLoader(Generic[T_co]):
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
             longer ranks are dropped.
+        on_error: ``"raise"`` (torch's behaviour) or ``"skip"``: a sample whose
+            ``__getitem__`` raises is left out of its batch and counted (map-style only);
+            ``max_skipped`` bad samples per epoch at most, then loading stops with an
+            error; each epoch that skipped any ends with a `BadSampleWarning` naming them.
         snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
             step is exact here (see ``state_dict``), so it changes nothing.
         A worker that dies raises at once with its id, pid and signal instead of hanging.
@@ -107,6 +112,8 @@ class DataLoader(Generic[T_co]):
         worker_method: str | None = None,
         fullsync: bool = False,
         snapshot_every_n_steps: int | None = None,
+        on_error: str = "raise",
+        max_skipped: int | None = None,
     ) -> None:
         check_snapshot_steps(snapshot_every_n_steps)
         self.snapshot_every_n_steps = snapshot_every_n_steps
@@ -126,6 +133,9 @@ class DataLoader(Generic[T_co]):
         self.fullsync = fullsync
 
         self._iterable_style = is_iterable_style(dataset)
+        self.on_error = on_error
+        self.max_skipped = max_skipped
+        self._skip_bad = check_on_error(on_error, max_skipped, self._iterable_style)
         shuffle = self._check_dataset_kind(dataset, shuffle, sampler, batch_sampler)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
@@ -277,6 +287,8 @@ class DataLoader(Generic[T_co]):
             graph_hook=graph_hook,
             draw_shared_seed=draw_shared_seed,
             all_ranks_have=self._collectives.all_have if self.fullsync else None,
+            skip_bad_samples=self._skip_bad,
+            max_skipped=self.max_skipped,
         )
 
     def _get_iterator(self) -> LoaderIterator:

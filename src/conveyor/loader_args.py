@@ -115,3 +115,21 @@ def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> s
     if chosen not in WORKER_TYPES:
         raise ValueError(f"worker_type should be one of {WORKER_TYPES}, but got {chosen!r}")
     return chosen
+
+
+ON_ERROR_POLICIES = ("raise", "skip")
+
+
+def check_on_error(on_error: str, max_skipped: int | None, iterable_style: bool) -> bool:
+    """Validate the bad-sample policy; returns whether bad samples are skipped."""
+    if on_error not in ON_ERROR_POLICIES:
+        raise ValueError(f"on_error should be one of {ON_ERROR_POLICIES}, but got {on_error!r}")
+    if max_skipped is not None and (not isinstance(max_skipped, int) or max_skipped < 0):
+        raise ValueError(f"max_skipped should be None or an int >= 0, but got {max_skipped!r}")
+    if on_error == "skip" and iterable_style:
+        raise ValueError(
+            "on_error='skip' applies to map-style datasets: a stream cannot go on after its "
+            "iterator raised. Give the stream its own policy (e.g. "
+            "conveyor.TarShards(..., on_error='skip'))."
+        )
+    return on_error == "skip"

@@ -10,6 +10,7 @@ from conveyor.engine.pin_thread import warn_unpinnable
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
+from conveyor.engine.skips import SkipLog
 from conveyor.state.loader_state import (
     STATE_VERSION,
     LoaderStateDict,
@@ -76,6 +77,7 @@ class LoaderIterator:
         self._skip: set[int] = set()
         self.finished = False
         self.clock = StepClock()
+        self._skips = SkipLog(plan.max_skipped)
         self._samples_per_batch = getattr(plan.index_sampler, "batch_size", None) or 1
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
@@ -143,7 +145,9 @@ class LoaderIterator:
             else:
                 data = self._next_data_in_step(all_ranks_have)
         except StopIteration:
-            self.finished = True
+            if not self.finished:
+                self.finished = True
+                self._skips.report()
             raise
         clock.leave(entered, self._samples_per_batch)
         self._num_yielded += 1
@@ -165,6 +169,11 @@ class LoaderIterator:
 
     def _end_epoch_early(self) -> None:
         """Drop what is left of the epoch (fullsync); workers may stop here."""
+
+    def _record_skips(self, skips: tuple[tuple[Any, str], ...]) -> None:
+        if skips:
+            self.clock.skipped += len(skips)
+            self._skips.record(skips)
 
     def _check_len_hint(self) -> None:
         hint = self._len_hint()

@@ -16,6 +16,13 @@ class Fetcher(Protocol):
     def fetch(self, request: Any) -> Any: ...
 
 
+NO_SKIPS: tuple[tuple[Any, str], ...] = ()
+
+
+class BatchSkipped(Exception):
+    """Every sample of a request failed and the ``"skip"`` policy dropped them all."""
+
+
 class MapFetcher:
     """Map-style: ``request`` is an index, or a list of indices when auto-collating."""
 
@@ -32,6 +39,46 @@ class MapFetcher:
             return self._collate_fn(self._getitems(request))
         dataset = self._dataset
         return self._collate_fn([dataset[i] for i in request])
+
+    def take_skips(self) -> tuple[tuple[Any, str], ...]:
+        """Samples dropped since the last call: ``(index, error)`` pairs (none here)."""
+        return NO_SKIPS
+
+
+class SkippingMapFetcher(MapFetcher):
+    """Map-style with ``on_error="skip"``: a sample whose ``__getitem__`` raises is left
+    out of its batch and recorded; a request with no sample left raises `BatchSkipped`."""
+
+    def __init__(self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any]):
+        super().__init__(dataset, auto_collation, collate_fn)
+        self._skipped: list[tuple[Any, str]] = []
+
+    def _get(self, index: Any) -> tuple[bool, Any]:
+        try:
+            return True, self._dataset[index]
+        except Exception as error:
+            self._skipped.append((index, f"{type(error).__name__}: {error}"))
+            return False, None
+
+    def fetch(self, request: Any) -> Any:
+        if not self._auto_collation:
+            ok, sample = self._get(request)
+            if not ok:
+                raise BatchSkipped
+            return self._collate_fn(sample)
+        if self._getitems is not None:
+            try:
+                return self._collate_fn(self._getitems(request))
+            except Exception:
+                pass  # find the bad samples one by one
+        samples = [sample for ok, sample in map(self._get, request) if ok]
+        if not samples:
+            raise BatchSkipped
+        return self._collate_fn(samples)
+
+    def take_skips(self) -> tuple[tuple[Any, str], ...]:
+        skipped, self._skipped = self._skipped, []
+        return tuple(skipped)
 
 
 class IterableFetcher:
@@ -54,6 +101,9 @@ class IterableFetcher:
         self._drop_last = drop_last
         self._iterator: Iterator[Any] | None = None
         self.ended = False
+
+    def take_skips(self) -> tuple[tuple[Any, str], ...]:
+        return NO_SKIPS
 
     @property
     def started(self) -> bool:
@@ -89,7 +139,10 @@ def make_fetcher(
     auto_collation: bool,
     collate_fn: Callable[[Any], Any],
     drop_last: bool,
+    skip_bad_samples: bool = False,
 ) -> MapFetcher | IterableFetcher:
     if iterable_style:
         return IterableFetcher(dataset, auto_collation, collate_fn, drop_last)
+    if skip_bad_samples:
+        return SkippingMapFetcher(dataset, auto_collation, collate_fn)
     return MapFetcher(dataset, auto_collation, collate_fn)

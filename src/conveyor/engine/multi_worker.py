@@ -30,6 +30,8 @@ from conveyor.state.loader_state import (
     stream_resume_for,
 )
 
+_SKIPPED: Any = object()  # a task whose every sample on_error="skip" dropped
+
 
 def uses_zygote(options: WorkerOptions) -> bool:
     """spawn/forkserver workers are forked from a per-loader zygote (engine/zygote.py)."""
@@ -81,6 +83,7 @@ class MultiWorkerIterator(LoaderIterator):
             graph_hook=plan.graph_hook,
             shared_seed=self._shared_seed,
             batch_size=self._samples_per_batch,
+            skip_bad_samples=plan.skip_bad_samples,
             stream_states=streams.states if streams else None,
             stream_skips=streams.skips if streams else None,
         )
@@ -197,9 +200,13 @@ class MultiWorkerIterator(LoaderIterator):
         ready, in_flight = result is not EMPTY, len(self._owner)
         while True:
             if result is not EMPTY:
-                self.clock.queue_seen(ready, in_flight)
                 self._fill()
-                return self._unwrap(result)
+                data = self._unwrap(result)
+                if data is not _SKIPPED:
+                    self.clock.queue_seen(ready, in_flight)
+                    return data
+                result = self._buffer.pop()
+                continue
             if len(self._buffer) == 0 and not self._fill_possible():
                 if not self._options.persistent_workers:
                     self.close()
@@ -235,6 +242,7 @@ class MultiWorkerIterator(LoaderIterator):
             return
         if info is not None:
             self.clock.worker_did(worker_id, info[0])
+            self._record_skips(info[2])
         position = self._task_position.pop(task_id)
         self._buffer.put(task_id, (status, payload, task_id, position, info))
 
@@ -258,6 +266,8 @@ class MultiWorkerIterator(LoaderIterator):
         if status == msg.ERROR:
             assert isinstance(payload, RemoteError)
             payload.reraise()
+        if status == msg.SKIPPED:
+            return _SKIPPED
         if self._pin is not None:
             payload = self._pin(payload)
         return payload

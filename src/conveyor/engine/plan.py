@@ -46,5 +46,8 @@ class LoadPlan:
     graph_hook: Callable[[Any, int, int, int | None], Any] | None = None
     # Draws the per-epoch seed shared by every worker and rank (DataPipe graphs only).
     draw_shared_seed: Callable[[torch.Generator | None], int] | None = None
+    # on_error="skip": drop samples whose __getitem__ raises (map-style), up to a limit.
+    skip_bad_samples: bool = False
+    max_skipped: int | None = None
     # fullsync: (this rank has a batch) -> every rank has one; None when not synchronised.
     all_ranks_have: Callable[[bool], bool] | None = None

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.fetch import IterableFetcher, make_fetcher
+from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.state.protocol import has_state
@@ -22,7 +22,12 @@ class SingleProcessIterator(LoaderIterator):
             dataset = plan.graph_hook(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
         self._fetcher = make_fetcher(
-            plan.iterable_style, dataset, plan.auto_collation, plan.collate_fn, plan.drop_last
+            plan.iterable_style,
+            dataset,
+            plan.auto_collation,
+            plan.collate_fn,
+            plan.drop_last,
+            plan.skip_bad_samples,
         )
         if resume is not None and plan.iterable_style:
             self._resume_stream(resume)
@@ -49,8 +54,15 @@ class SingleProcessIterator(LoaderIterator):
         return state
 
     def _next_data(self) -> Any:
-        _, request = self._next_request()  # may raise StopIteration: the epoch is over
-        data = self._fetcher.fetch(request)  # may raise StopIteration: the stream is over
+        while True:
+            _, request = self._next_request()  # may raise StopIteration: the epoch is over
+            try:
+                data = self._fetcher.fetch(request)  # StopIteration: the stream is over
+            except BatchSkipped:
+                self._record_skips(self._fetcher.take_skips())
+                continue
+            self._record_skips(self._fetcher.take_skips())
+            break
         if self._pin is not None:
             data = self._pin(data)
         return data

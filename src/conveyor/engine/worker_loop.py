@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.engine import messages as msg
-from conveyor.engine.fetch import IterableFetcher, MapFetcher, make_fetcher
+from conveyor.engine.fetch import BatchSkipped, IterableFetcher, MapFetcher, make_fetcher
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import numpy_seed_state, seed_process_rngs
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom, install_worker_info
@@ -35,6 +35,7 @@ class WorkerSetup:
     worker_init_fn: Callable[[int], None] | None
     worker_type: str
     batch_size: int = 1  # iterable-style requests: samples per batch (auto-collation)
+    skip_bad_samples: bool = False
     graph_hook: Callable[[Any, int, int, int | None], Any] | None = None
     shared_seed: int | None = None
     # Resuming a checkpoint of a stream: per worker, the pickled dataset state to load, or
@@ -80,7 +81,12 @@ def _prepare(setup: WorkerSetup, worker_id: int) -> tuple[Any, int]:
 
 def _fetcher(setup: WorkerSetup, dataset: Any) -> MapFetcher | IterableFetcher:
     return make_fetcher(
-        setup.iterable_style, dataset, setup.auto_collation, setup.collate_fn, setup.drop_last
+        setup.iterable_style,
+        dataset,
+        setup.auto_collation,
+        setup.collate_fn,
+        setup.drop_last,
+        setup.skip_bad_samples,
     )
 
 
@@ -116,7 +122,9 @@ def run_worker(
         try:
             data = fetcher.fetch(request)
             state = pickle.dumps(dataset.state_dict()) if stateful else None
-            send((task_id, msg.OK, data, (clock() - started, state)))
+            send((task_id, msg.OK, data, (clock() - started, state, fetcher.take_skips())))
+        except BatchSkipped:
+            send((task_id, msg.SKIPPED, None, (clock() - started, None, fetcher.take_skips())))
         except StopIteration:
             if not setup.iterable_style:
                 send((task_id, msg.ERROR, RemoteError(where), None))

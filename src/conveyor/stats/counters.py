@@ -35,6 +35,7 @@ class LoaderStats:
     compute_s: float  # time between next() calls (the training step)
     workers: tuple[WorkerStats, ...] = field(default_factory=tuple)
     ready_batches: int = 0  # batches that were already waiting when next() asked (workers)
+    skipped: int = 0  # bad samples dropped by on_error="skip"
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
 
     @property
@@ -107,6 +108,7 @@ class StepClock:
         "batches",
         "compute_s",
         "samples",
+        "skipped",
         "wait_s",
     )
 
@@ -120,6 +122,7 @@ class StepClock:
         self._worker_busy: dict[int, float] = {}
         self._ready_batches = 0
         self._in_flight_sum = 0
+        self.skipped = 0
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -150,11 +153,12 @@ class StepClock:
             for w in sorted(self._worker_batches)
         )
         return LoaderStats(
-            self.batches,
-            self.samples,
-            self.wait_s,
-            self.compute_s,
-            workers,
-            self._ready_batches,
-            self._in_flight_sum,
+            batches=self.batches,
+            samples=self.samples,
+            wait_s=self.wait_s,
+            compute_s=self.compute_s,
+            workers=workers,
+            ready_batches=self._ready_batches,
+            in_flight_sum=self._in_flight_sum,
+            skipped=self.skipped,
         )
