@@ -44,7 +44,7 @@ def test_slow_loader_is_reported_as_the_bottleneck(num_workers: int) -> None:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_slow_training_step_is_reported_as_the_bottleneck(num_workers: int) -> None:
-    loader = DataLoader(SlowItems(160, 0.0), batch_size=4, num_workers=num_workers)
+    loader = DataLoader(SlowItems(320, 0.0), batch_size=4, num_workers=num_workers)
     for _ in loader:
         deadline = time.perf_counter() + 0.01  # the training step
         while time.perf_counter() < deadline:
@@ -101,3 +101,21 @@ def test_progress_bar_shows_throughput_and_data_wait(monkeypatch: pytest.MonkeyP
     assert len(seen) == 20
     text = out.getvalue()
     assert "20/20" in text and "samples_s=" in text and "data_wait=" in text
+
+
+def test_bytes_moved_by_process_workers() -> None:
+    import numpy as np
+
+    class Arrays(SlowItems):
+        def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
+            return np.full(1000, i, dtype=np.int64)  # 8,000 bytes per sample
+
+    loader = DataLoader(Arrays(40, 0.0), batch_size=8, num_workers=2)
+    for _ in loader:
+        pass
+    moved = loader.stats().bytes_moved
+    assert 40 * 8000 <= moved < 40 * 8000 * 1.2  # the data, plus small frames
+    threads = DataLoader(Arrays(40, 0.0), batch_size=8, num_workers=2, worker_type="thread")
+    for _ in threads:
+        pass
+    assert threads.stats().bytes_moved == 0  # thread workers hand batches over by reference

@@ -112,6 +112,7 @@ class MultiWorkerIterator(LoaderIterator):
             self._delivery.counts = list(streams.counts)
             self._cursor = streams.next_worker
         self._sampler_done = False
+        self._bytes_at_epoch_start = getattr(self._pool, "bytes_received", 0)
         if self._pool is None:
             self._pool = self._with_pin_thread(_make_pool(self._setup, self._options, self._zygote))
         elif not first:
@@ -228,6 +229,9 @@ class MultiWorkerIterator(LoaderIterator):
     def _handle_all(self, ready: list[tuple[int, Any]]) -> None:
         for worker_id, (task_id, status, payload, info) in ready:
             self._handle(worker_id, task_id, status, payload, info)
+        if ready:
+            received = getattr(self._pool, "bytes_received", 0)
+            self.clock.bytes_moved = received - self._bytes_at_epoch_start
 
     def _handle(self, worker_id: int, task_id: int, status: int, payload: Any, info: Any) -> None:
         if status == msg.INIT_ERROR:

@@ -117,6 +117,10 @@ class PinningPool:
     def retire(self, worker_id: int) -> None:
         self._pool.retire(worker_id)
 
+    @property
+    def bytes_received(self) -> int:
+        return int(getattr(self._pool, "bytes_received", 0))
+
     def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
         """Pinned results, waiting up to ``timeout_s`` for the first one."""
         if self._failure is not None:

@@ -185,6 +185,11 @@ class ProcessPool:
         self._link.interrupt()
 
     @property
+    def bytes_received(self) -> int:
+        """Bytes that crossed from the workers: pipe frames plus shared-memory data."""
+        return self._link.bytes_received
+
+    @property
     def mapped_slabs(self) -> int:
         """Slabs mapped in this process now (tests, stats)."""
         return self._link.mapped_slabs

@@ -31,11 +31,13 @@ class LoaderStats:
 
     batches: int
     samples: int
-    wait_s: float  # time the training loop spent inside next()
+    wait_s: float  # time the training loop spent inside next(), after the first batch
     compute_s: float  # time between next() calls (the training step)
     workers: tuple[WorkerStats, ...] = field(default_factory=tuple)
     ready_batches: int = 0  # batches that were already waiting when next() asked (workers)
     skipped: int = 0  # bad samples dropped by on_error="skip"
+    bytes_moved: int = 0  # bytes that crossed from worker processes (pipe + shared memory)
+    startup_s: float = 0.0  # wait for the first batch (workers starting, caches filling)
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
 
     @property
@@ -72,8 +74,8 @@ class LoaderStats:
     def summary(self) -> str:
         """One line: throughput, data-wait share, and what limits training."""
         head = (
-            f"{self.batches} batches, {self.samples_per_s:,.0f} samples/s, "
-            f"waiting for data {self.wait_share:.0%} of the time"
+            f"{self.batches} batches, {self.samples_per_s:,.0f} samples/s, first batch after "
+            f"{self.startup_s:.2f} s, then waiting for data {self.wait_share:.0%} of the time"
         )
         if self.workers and self.elapsed_s > 0:
             busy = sum(w.busy_s for w in self.workers) / (len(self.workers) * self.elapsed_s)
@@ -106,9 +108,11 @@ class StepClock:
         "_worker_batches",
         "_worker_busy",
         "batches",
+        "bytes_moved",
         "compute_s",
         "samples",
         "skipped",
+        "startup_s",
         "wait_s",
     )
 
@@ -123,6 +127,8 @@ class StepClock:
         self._ready_batches = 0
         self._in_flight_sum = 0
         self.skipped = 0
+        self.bytes_moved = 0
+        self.startup_s = 0.0
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -142,7 +148,10 @@ class StepClock:
 
     def leave(self, entered: float, samples: int) -> None:
         now = time.perf_counter()
-        self.wait_s += now - entered
+        if self._last_exit is None:
+            self.startup_s = now - entered  # start-up, not steady-state waiting
+        else:
+            self.wait_s += now - entered
         self._last_exit = now
         self.batches += 1
         self.samples += samples
@@ -161,4 +170,6 @@ class StepClock:
             ready_batches=self._ready_batches,
             in_flight_sum=self._in_flight_sum,
             skipped=self.skipped,
+            bytes_moved=self.bytes_moved,
+            startup_s=self.startup_s,
         )

@@ -116,6 +116,7 @@ class MainEnd:
     def __init__(self, config: SlabConfig, send_control: Callable[[int, Any], None]):
         self._config = config
         self._send_control = send_control
+        self.bytes_received = 0  # pipe frames plus shared-memory views decoded (stats)
         _exit_hook(config.shm_dir)
         reclaim_stale(config.shm_dir)
         self._mappings: dict[tuple[int, int], mmap.mmap] = {}
@@ -178,7 +179,11 @@ class MainEnd:
                 token = tokens[slab_id] = self._token(worker_id, slab_id)
             return token
 
-        return from_shared(stream, resolve)
+        self.bytes_received += len(frame)
+        return from_shared(stream, resolve, self._tally)
+
+    def _tally(self, view_bytes: int) -> None:
+        self.bytes_received += view_bytes
 
     def _token(self, worker_id: int, slab_id: int) -> np.ndarray[Any, Any]:
         """A fresh array over the slab for one batch; its death releases the slab."""

@@ -179,18 +179,23 @@ class _Decoder(pickle.Unpickler):
         super().__init__(file)
         self._resolve = resolve
         self._dtypes: dict[str, np.dtype[Any]] = {}
+        self.view_bytes = 0  # bytes of the slab views made (the data that crossed in shm)
 
     def persistent_load(self, pid: Any) -> Any:
         kind = pid[0]
         if kind == "s":
             _, slab_id, offset, code, shape, stride, requires_grad = pid
-            return _tensor_view(self._resolve(slab_id), offset, code, shape, stride, requires_grad)
+            view = _tensor_view(self._resolve(slab_id), offset, code, shape, stride, requires_grad)
+            self.view_bytes += view.nbytes
+            return view
         if kind == "a":
             _, slab_id, offset, dtype_str, shape, strides = pid
             dtype = self._dtypes.get(dtype_str)
             if dtype is None:
                 dtype = self._dtypes[dtype_str] = np.dtype(dtype_str)
-            return _array_view(self._resolve(slab_id), offset, dtype, shape, strides)
+            array = _array_view(self._resolve(slab_id), offset, dtype, shape, strides)
+            self.view_bytes += array.nbytes
+            return array
         if kind == "i":
             _, code, shape, data, requires_grad = pid
             raw = np.frombuffer(data, dtype=np.uint8)
@@ -239,7 +244,9 @@ def _array_view(
     return np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides)
 
 
-def from_shared(data: bytes | io.BytesIO, resolve: Resolver) -> Any:
+def from_shared(
+    data: bytes | io.BytesIO, resolve: Resolver, tally: Callable[[int], None] | None = None
+) -> Any:
     """Unpickle what `to_shared` made; descriptors become views of ``resolve(slab_id)``.
 
     ``data`` may be a stream positioned at the pickle (it is read up to the pickle's end).
@@ -248,4 +255,8 @@ def from_shared(data: bytes | io.BytesIO, resolve: Resolver) -> Any:
     array is garbage (a ``weakref.finalize`` on it).
     """
     stream = io.BytesIO(data) if isinstance(data, bytes) else data
-    return _Decoder(stream, resolve).load()
+    decoder = _Decoder(stream, resolve)
+    obj = decoder.load()
+    if tally is not None:
+        tally(decoder.view_bytes)
+    return obj
