@@ -15,6 +15,7 @@ import torch
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
+from conveyor.datapipes.profiling import StageTimers
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
@@ -68,6 +69,9 @@ class DataLoader(Generic[T_co]):
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
             longer ranks are dropped.
+        profile_stages: DataPipe graphs: time every stage in the workers (a few hundred
+            ns per item and stage); ``stats().stages`` and ``stats().summary()`` then name
+            the slowest stage.
         on_error: ``"raise"`` (torch's behaviour) or ``"skip"``: a sample whose
             ``__getitem__`` raises is left out of its batch and counted (map-style only);
             ``max_skipped`` bad samples per epoch at most, then loading stops with an
@@ -114,6 +118,7 @@ class DataLoader(Generic[T_co]):
         snapshot_every_n_steps: int | None = None,
         on_error: str = "raise",
         max_skipped: int | None = None,
+        profile_stages: bool = False,
     ) -> None:
         check_snapshot_steps(snapshot_every_n_steps)
         self.snapshot_every_n_steps = snapshot_every_n_steps
@@ -136,6 +141,12 @@ class DataLoader(Generic[T_co]):
         self.on_error = on_error
         self.max_skipped = max_skipped
         self._skip_bad = check_on_error(on_error, max_skipped, self._iterable_style)
+        if profile_stages and not isinstance(dataset, IterDataPipe):
+            raise ValueError(
+                "profile_stages=True times the stages of a DataPipe graph; this dataset is "
+                f"a {type(dataset).__name__}. Time __getitem__ with stats() instead."
+            )
+        self.profile_stages = profile_stages
         shuffle = self._check_dataset_kind(dataset, shuffle, sampler, batch_sampler)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
@@ -289,6 +300,7 @@ class DataLoader(Generic[T_co]):
             all_ranks_have=self._collectives.all_have if self.fullsync else None,
             skip_bad_samples=self._skip_bad,
             max_skipped=self.max_skipped,
+            stage_timers=StageTimers if self.profile_stages else None,
         )
 
     def _get_iterator(self) -> LoaderIterator:

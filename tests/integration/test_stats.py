@@ -119,3 +119,34 @@ def test_bytes_moved_by_process_workers() -> None:
     for _ in threads:
         pass
     assert threads.stats().bytes_moved == 0  # thread workers hand batches over by reference
+
+
+def _costly(x: int) -> int:
+    deadline = time.perf_counter() + 0.002
+    while time.perf_counter() < deadline:
+        pass
+    return x
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "worker_type"), [(0, "process"), (2, "process"), (2, "thread")]
+)
+def test_profile_stages_names_the_slowest_stage(num_workers: int, worker_type: str) -> None:
+    from conveyor.datapipes.iter import IterableWrapper
+
+    dp = IterableWrapper(range(40)).sharding_filter().map(_costly).filter(bool)
+    loader = DataLoader(
+        dp, batch_size=4, num_workers=num_workers, worker_type=worker_type, profile_stages=True
+    )
+    for _ in loader:
+        pass
+    stats = loader.stats()
+    slowest = stats.slowest_stage()
+    assert slowest is not None and slowest.name == "Mapper"
+    assert slowest.items == 40 and slowest.self_s >= 40 * 0.002
+    assert "slowest stage: Mapper" in stats.summary()
+
+
+def test_profile_stages_needs_a_datapipe() -> None:
+    with pytest.raises(ValueError, match="profile_stages"):
+        DataLoader(SlowItems(3, 0.0), profile_stages=True)

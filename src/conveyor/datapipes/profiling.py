@@ -14,20 +14,9 @@ from typing import Any
 
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.graph import DataPipeGraph, traverse_dps
+from conveyor.stats.counters import StageProfile
 
-
-@dataclass(frozen=True)
-class StageProfile:
-    """One node: items it produced, time inside it with and without its inputs."""
-
-    name: str
-    items: int
-    total_s: float
-    self_s: float
-
-    @property
-    def items_per_s(self) -> float:
-        return self.items / self.total_s if self.total_s > 0 else float("inf")
+__all__ = ["PipelineProfile", "StageProfile", "StageTimers", "profile_pipeline"]
 
 
 @dataclass(frozen=True)
@@ -83,15 +72,45 @@ def _nodes(graph: DataPipeGraph, inputs: dict[int, list[int]], order: list[Any])
         _nodes(upstream, inputs, order)
 
 
+class StageTimers:
+    """Times every node of a graph while installed (``install`` / ``uninstall``).
+
+    Used by `profile_pipeline`, and by DataLoader workers with ``profile_stages=True``,
+    which send `snapshot` with each batch.
+    """
+
+    def __init__(self, datapipe: IterDataPipe[Any]):
+        self._inputs: dict[int, list[int]] = {}
+        self._order: list[Any] = []
+        _nodes(traverse_dps(datapipe), self._inputs, self._order)
+        self._timers = {id(pipe): _Timer() for pipe in self._order}
+        self._wrapped = [p for p in self._order if isinstance(p, IterDataPipe)]
+
+    def install(self) -> None:
+        self.uninstall()  # a graph is timed by one set of timers at a time
+        for pipe in self._wrapped:
+            pipe.nonblocking_next = _timed(pipe.nonblocking_next, self._timers[id(pipe)])  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        for pipe in self._wrapped:
+            vars(pipe).pop("nonblocking_next", None)  # back to the class's method
+
+    def snapshot(self) -> tuple[StageProfile, ...]:
+        stages = []
+        for pipe in self._order:
+            timer = self._timers[id(pipe)]
+            upstream = sum(
+                self._timers[i].inclusive_s for i in self._inputs[id(pipe)] if i in self._timers
+            )
+            self_s = max(0.0, timer.inclusive_s - upstream)
+            stages.append(StageProfile(type(pipe).__name__, timer.items, timer.inclusive_s, self_s))
+        return tuple(stages)
+
+
 def profile_pipeline(datapipe: IterDataPipe[Any], max_items: int = 1000) -> PipelineProfile:
     """Pull up to ``max_items`` from ``datapipe`` (a fresh pass) and time every stage."""
-    inputs: dict[int, list[int]] = {}
-    order: list[Any] = []
-    _nodes(traverse_dps(datapipe), inputs, order)
-    timers = {id(pipe): _Timer() for pipe in order}
-    wrapped = [p for p in order if isinstance(p, IterDataPipe)]
-    for pipe in wrapped:
-        pipe.nonblocking_next = _timed(pipe.nonblocking_next, timers[id(pipe)])  # type: ignore[method-assign]
+    timers = StageTimers(datapipe)
+    timers.install()
     produced = 0
     start = time.perf_counter()
     try:
@@ -104,17 +123,6 @@ def profile_pipeline(datapipe: IterDataPipe[Any], max_items: int = 1000) -> Pipe
             produced += 1
     finally:
         elapsed = time.perf_counter() - start
-        for pipe in wrapped:
-            del pipe.nonblocking_next  # back to the class's method
+        timers.uninstall()
         datapipe.reset()
-    stages = []
-    for pipe in order:
-        timer = timers[id(pipe)]
-        upstream = sum(timers[i].inclusive_s for i in inputs[id(pipe)] if i in timers)
-        name = type(pipe).__name__
-        stages.append(
-            StageProfile(
-                name, timer.items, timer.inclusive_s, max(0.0, timer.inclusive_s - upstream)
-            )
-        )
-    return PipelineProfile(produced, elapsed, tuple(stages))
+    return PipelineProfile(produced, elapsed, timers.snapshot())

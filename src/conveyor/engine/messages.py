@@ -3,9 +3,10 @@
 Messages are plain tuples (cheap to pickle); these constants name their fields.
 To a worker: ``(TASK, task_id, request)``, ``(RESUME, shared_seed)`` or ``None`` (stop).
 From a worker: ``(task_id, status, payload, info)``; ``info`` is ``None`` or, for a
-fetched batch, ``(busy_s, stream_state, skips)``: ``stream_state`` is the pickled
+fetched batch, ``(busy_s, stream_state, skips, stages)``: ``stream_state`` is the pickled
 ``dataset.state_dict()`` after the batch (iterable-style datasets that have one) and
-``skips`` the ``(index, error)`` pairs that ``on_error="skip"`` dropped.
+``skips`` the ``(index, error)`` pairs that ``on_error="skip"`` dropped; ``stages`` the
+worker's cumulative per-stage timings (``profile_stages=True``) or None.
 
 Process workers' pipes also carry the slab transport's own messages, which never reach the
 worker loop or the iterator: ``(RELEASE, slab_ids)`` and ``(OVERFLOW, seq)`` to a worker,

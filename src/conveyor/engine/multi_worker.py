@@ -84,6 +84,7 @@ class MultiWorkerIterator(LoaderIterator):
             shared_seed=self._shared_seed,
             batch_size=self._samples_per_batch,
             skip_bad_samples=plan.skip_bad_samples,
+            stage_timers=plan.stage_timers,
             stream_states=streams.states if streams else None,
             stream_skips=streams.skips if streams else None,
         )
@@ -247,6 +248,8 @@ class MultiWorkerIterator(LoaderIterator):
         if info is not None:
             self.clock.worker_did(worker_id, info[0])
             self._record_skips(info[2])
+            if info[3] is not None:
+                self.clock.worker_stages[worker_id] = info[3]
         position = self._task_position.pop(task_id)
         self._buffer.put(task_id, (status, payload, task_id, position, info))
 

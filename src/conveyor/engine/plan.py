@@ -48,6 +48,8 @@ class LoadPlan:
     draw_shared_seed: Callable[[torch.Generator | None], int] | None = None
     # on_error="skip": drop samples whose __getitem__ raises (map-style), up to a limit.
     skip_bad_samples: bool = False
+    # profile_stages=True: dataset -> object with install()/snapshot() timing its stages.
+    stage_timers: Callable[[Any], Any] | None = None
     max_skipped: int | None = None
     # fullsync: (this rank has a batch) -> every rank has one; None when not synchronised.
     all_ranks_have: Callable[[bool], bool] | None = None

@@ -31,6 +31,10 @@ class SingleProcessIterator(LoaderIterator):
         )
         if resume is not None and plan.iterable_style:
             self._resume_stream(resume)
+        if plan.stage_timers is not None:
+            timers = plan.stage_timers(dataset)
+            timers.install()
+            self.clock.stage_source = timers.snapshot
 
     def _resume_stream(self, resume: Resume) -> None:
         """Streams seek with their own state when they have one; otherwise replay."""

@@ -36,6 +36,7 @@ class WorkerSetup:
     worker_type: str
     batch_size: int = 1  # iterable-style requests: samples per batch (auto-collation)
     skip_bad_samples: bool = False
+    stage_timers: Callable[[Any], Any] | None = None
     graph_hook: Callable[[Any, int, int, int | None], Any] | None = None
     shared_seed: int | None = None
     # Resuming a checkpoint of a stream: per worker, the pickled dataset state to load, or
@@ -106,6 +107,9 @@ def run_worker(
         send((msg.NO_TASK, msg.INIT_ERROR, RemoteError(where), None))
         return
     stateful = setup.iterable_style and has_state(dataset)
+    timers = setup.stage_timers(dataset) if setup.stage_timers is not None else None
+    if timers is not None:
+        timers.install()
     clock = time.perf_counter
     while (message := receive()) is not None:
         if message[0] == msg.RESUME:
@@ -113,6 +117,9 @@ def run_worker(
                 dataset = setup.graph_hook(setup.dataset, worker_id, setup.num_workers, message[1])
             fetcher = _fetcher(setup, dataset)
             ended = False
+            if timers is not None and setup.stage_timers is not None:
+                timers = setup.stage_timers(dataset)  # a thread worker's graph is a new copy
+                timers.install()
             send((msg.NO_TASK, msg.RESUMED, None, None))
             continue
         _, task_id, request = message
@@ -122,9 +129,12 @@ def run_worker(
         try:
             data = fetcher.fetch(request)
             state = pickle.dumps(dataset.state_dict()) if stateful else None
-            send((task_id, msg.OK, data, (clock() - started, state, fetcher.take_skips())))
+            stages = timers.snapshot() if timers is not None else None
+            info = (clock() - started, state, fetcher.take_skips(), stages)
+            send((task_id, msg.OK, data, info))
         except BatchSkipped:
-            send((task_id, msg.SKIPPED, None, (clock() - started, None, fetcher.take_skips())))
+            info = (clock() - started, None, fetcher.take_skips(), None)
+            send((task_id, msg.SKIPPED, None, info))
         except StopIteration:
             if not setup.iterable_style:
                 send((task_id, msg.ERROR, RemoteError(where), None))

@@ -10,6 +10,7 @@ bottleneck; otherwise the model is.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # Above this share of wall time spent waiting in next(), the loader limits training.
@@ -26,6 +27,32 @@ class WorkerStats:
 
 
 @dataclass(frozen=True)
+class StageProfile:
+    """One node: items it produced, time inside it with and without its inputs."""
+
+    name: str
+    items: int
+    total_s: float
+    self_s: float
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.total_s if self.total_s > 0 else float("inf")
+
+
+def merge_stages(
+    totals: tuple[StageProfile, ...], more: tuple[StageProfile, ...]
+) -> tuple[StageProfile, ...]:
+    """Add up the same graph's stages measured in several workers (position by position)."""
+    if not totals:
+        return more
+    return tuple(
+        StageProfile(a.name, a.items + b.items, a.total_s + b.total_s, a.self_s + b.self_s)
+        for a, b in zip(totals, more, strict=True)
+    )
+
+
+@dataclass(frozen=True)
 class LoaderStats:
     """A snapshot of the current (or last) epoch, from ``DataLoader.stats()``."""
 
@@ -38,6 +65,11 @@ class LoaderStats:
     skipped: int = 0  # bad samples dropped by on_error="skip"
     bytes_moved: int = 0  # bytes that crossed from worker processes (pipe + shared memory)
     startup_s: float = 0.0  # wait for the first batch (workers starting, caches filling)
+    stages: tuple[StageProfile, ...] = ()  # DataPipe stages, with profile_stages=True
+
+    def slowest_stage(self) -> StageProfile | None:
+        return max(self.stages, key=lambda s: s.self_s, default=None)
+
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
 
     @property
@@ -88,6 +120,9 @@ class LoaderStats:
         if not self.loader_is_bottleneck:
             return head + ": the loader keeps up; the training step is the bottleneck"
         verdict = head + ": the loader is the bottleneck"
+        stage = self.slowest_stage()
+        if stage is not None:
+            verdict += f"; slowest stage: {stage.name} ({stage.self_s:.2f} s of work)"
         slowest = self.slowest_worker()
         if slowest is not None:
             per_batch_ms = 1e3 * slowest.busy_s / slowest.batches
@@ -112,8 +147,10 @@ class StepClock:
         "compute_s",
         "samples",
         "skipped",
+        "stage_source",
         "startup_s",
         "wait_s",
+        "worker_stages",
     )
 
     def __init__(self) -> None:
@@ -129,6 +166,8 @@ class StepClock:
         self.skipped = 0
         self.bytes_moved = 0
         self.startup_s = 0.0
+        self.worker_stages: dict[int, tuple[StageProfile, ...]] = {}  # latest, per worker
+        self.stage_source: Callable[[], tuple[StageProfile, ...]] | None = None
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -172,4 +211,13 @@ class StepClock:
             skipped=self.skipped,
             bytes_moved=self.bytes_moved,
             startup_s=self.startup_s,
+            stages=self._stages(),
         )
+
+    def _stages(self) -> tuple[StageProfile, ...]:
+        if self.stage_source is not None:
+            return self.stage_source()
+        totals: tuple[StageProfile, ...] = ()
+        for stages in self.worker_stages.values():
+            totals = merge_stages(totals, stages)
+        return totals
