@@ -31,6 +31,11 @@ def is_iterable_style(dataset: object) -> bool:
     return torch_iterable is not None and isinstance(dataset, torch_iterable)
 
 
+def torch_worker_info() -> Any:
+    """What ``torch.utils.data.get_worker_info()`` returns here (a worker of torch's loader)."""
+    return _torch_attr(_TORCH_WORKER_MODULE, "_worker_info")
+
+
 def publish_worker_info(info: object | None) -> None:
     """Make ``torch.utils.data.get_worker_info()`` return ``info`` in this worker too."""
     module = sys.modules.get(_TORCH_WORKER_MODULE)

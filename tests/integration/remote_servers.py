@@ -175,12 +175,12 @@ def wait_for_s3(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> N
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.skip(f"weed exited with {process.returncode}: {log.read_text()[-2000:]}")
+            pytest.fail(f"weed exited with {process.returncode}: {log.read_text()[-2000:]}")
         with contextlib.suppress(OSError):
             urllib.request.urlopen(endpoint, timeout=1).close()
             return
         time.sleep(0.1)
-    pytest.skip(f"weed did not serve S3 within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
+    pytest.fail(f"weed did not serve S3 within {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
 
 
 def stop_weed(process: subprocess.Popen[bytes], ports: list[int]) -> None:

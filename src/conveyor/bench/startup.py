@@ -28,7 +28,7 @@ loader, workers, context = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if loader == "conveyor":
     from conveyor import DataLoader
 else:
-    from torch.utils.data import DataLoader
+    DataLoader = torch.utils.data.DataLoader  # the reference; import torch loaded it
 kwargs = {"worker_type": "thread"} if context == "thread" else {"multiprocessing_context": context}
 start = time.perf_counter()
 iterator = iter(DataLoader(range(1024), batch_size=8, num_workers=workers, **kwargs))

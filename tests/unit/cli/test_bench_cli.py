@@ -47,7 +47,6 @@ def test_json_lines_parse(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def _matplotlib_fonts(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Load matplotlib's process-wide font cache (open font files) before the leak guard."""
-    pytest.importorskip("matplotlib")
     from conveyor.bench.plot import save_plot
 
     rows = [

@@ -6,7 +6,6 @@ seed all consumers share, then consumer ``c`` of ``n`` takes shards ``c, c + n, 
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
@@ -18,23 +17,23 @@ from conveyor.datapipes.iter.files import FileOpener
 from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES
 from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
 from conveyor.datapipes.rng import SplitMix64, draw_seed
+from conveyor.distributed import world_and_rank
 from conveyor.engine.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.errors import ErrorPolicy, OnError, as_policy
 from conveyor.storage import DEFAULT_BLOCK_BYTES, ShardCache, resolve_urls
+from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["ShardLister", "TarShards", "consumer_slot"]
 
 _MIX = 0x9E3779B97F4A7C15
-_TORCH_WORKER_MODULE = "torch.utils.data._utils.worker"
 
 
 def _worker() -> tuple[int, int, int | None]:
     """``(num_workers, worker_id, shared epoch seed)`` of this worker, or ``(1, 0, None)``."""
     info: Any = get_worker_info()
     if info is None:  # a worker of torch's own DataLoader?
-        module = sys.modules.get(_TORCH_WORKER_MODULE)
-        info = getattr(module, "_worker_info", None) if module is not None else None
+        info = torch_worker_info()
     if info is None:
         return 1, 0, None
     return int(info.num_workers), int(info.id), int(info.seed) - int(info.id)
@@ -42,10 +41,7 @@ def _worker() -> tuple[int, int, int | None]:
 
 def consumer_slot() -> tuple[int, int]:
     """``(consumers, this consumer)`` from torch.distributed (if initialised) x workers."""
-    world, rank = 1, 0
-    distributed = sys.modules.get("torch.distributed")
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        world, rank = distributed.get_world_size(), distributed.get_rank()
+    world, rank = world_and_rank()
     workers, worker, _ = _worker()
     return world * workers, rank * workers + worker
 
