@@ -7,6 +7,8 @@ small and restoring is exact.
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = ["SplitMix64", "draw_seed"]
 
 _MASK = (1 << 64) - 1
@@ -46,3 +48,21 @@ def draw_seed() -> int:
     import torch
 
     return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+class ShuffleSettings:
+    """``set_shuffle`` / ``set_seed``: what `apply_shuffle_settings` and `apply_random_seed`
+    call on every shuffling node. Subclasses read ``_enabled`` and ``_seed``."""
+
+    _enabled: bool = True
+    _seed: int | None = None
+
+    def set_shuffle(self, shuffle: bool = True) -> Self:
+        """Turn shuffling on or off for later passes."""
+        self._enabled = shuffle
+        return self
+
+    def set_seed(self, seed: int) -> Self:
+        """Seed the next pass."""
+        self._seed = seed
+        return self

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sized
-from typing import Self, TypeVar
+from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
-from conveyor.datapipes.rng import SplitMix64, draw_seed
+from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["Shuffler"]
 
 T = TypeVar("T")
 
 
-class Shuffler(IterDataPipe[T]):
+class Shuffler(IterDataPipe[T], ShuffleSettings):
     """Shuffles with a buffer of ``buffer_size`` items (functional name: ``shuffle``).
 
     Same contract as torch's Shuffler: the buffer is filled, then every new item replaces
@@ -39,16 +39,6 @@ class Shuffler(IterDataPipe[T]):
         self.buffer_size = buffer_size
         self._enabled = True
         self._seed: int | None = None
-
-    def set_shuffle(self, shuffle: bool = True) -> Self:
-        """Turn shuffling on or off for later passes."""
-        self._enabled = shuffle
-        return self
-
-    def set_seed(self, seed: int) -> Self:
-        """Seed the next pass."""
-        self._seed = seed
-        return self
 
     def _take_seed(self) -> int:
         seed = self._seed if self._seed is not None else draw_seed()

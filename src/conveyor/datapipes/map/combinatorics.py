@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
-from conveyor.datapipes.rng import SplitMix64, draw_seed
+from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["Shuffler"]
 
 T = TypeVar("T")
 
 
-class Shuffler(IterDataPipe[T]):
+class Shuffler(IterDataPipe[T], ShuffleSettings):
     """Yields ``datapipe[i]`` for a shuffled list of indices (functional name: ``shuffle``).
 
     Same contract as torch's map-style Shuffler (an `IterDataPipe`): ``indices`` defaults
@@ -28,16 +28,6 @@ class Shuffler(IterDataPipe[T]):
         self.indices = indices
         self._enabled = True
         self._seed: int | None = None
-
-    def set_shuffle(self, shuffle: bool = True) -> Self:
-        """Turn shuffling on or off for later passes."""
-        self._enabled = shuffle
-        return self
-
-    def set_seed(self, seed: int) -> Self:
-        """Seed the next pass."""
-        self._seed = seed
-        return self
 
     def _indices(self) -> list[Any]:
         if self.indices is not None:
