@@ -19,7 +19,7 @@ from conveyor.storage.filesystems import (
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.patterns import expand_braces, resolve_urls
 from conveyor.storage.ranged import RangedReader
-from conveyor.storage.retry import RemoteReadError
+from conveyor.storage.retry import RemoteReadError, failed_requests
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -29,6 +29,7 @@ __all__ = [
     "RemoteReadError",
     "ShardCache",
     "expand_braces",
+    "failed_requests",
     "get_filesystem",
     "is_local",
     "list_files",

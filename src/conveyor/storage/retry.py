@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from conveyor.storage.options import RemoteOptions
 
-__all__ = ["Failure", "RemoteReadError", "RetryRun", "is_retryable_status"]
+__all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
+
+_failed_requests = 0
+
+
+def failed_requests() -> int:
+    """Remote requests that failed in this process so far (each was retried or raised)."""
+    return _failed_requests
 
 
 class RemoteReadError(OSError):
@@ -116,6 +123,8 @@ class RetryRun:
     def failed(self, failure: Failure, offset: int | None) -> None:
         """Wait before the next attempt, or raise the final error for ``failure``
         (``offset``: the byte the failed request started at, None for a listing)."""
+        global _failed_requests
+        _failed_requests += 1
         now = self._clock()
         if self.failures == 0:
             self._first_failure_at = now

@@ -273,9 +273,9 @@ class _PassCursor(SourceCursor[Any]):
             return self.source.nonblocking_next()
         except StopIteration:
             error, self._policy.deferred = self._policy.deferred, None
-            if error is not None:
-                raise error from None
-            raise
+            if error is None:
+                raise
+        raise error  # outside the handler: the error keeps its own cause and context
 
 
 class _EndBeforeError(IterDataPipe[Any]):
