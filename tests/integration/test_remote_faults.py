@@ -272,6 +272,5 @@ def test_s3_restarted_mid_epoch_continues_at_the_offset(weed: Weed, shard_set: S
     assert failed_requests() > failed_before  # reads failed while it was down, and went on
     # from the byte offset reached: a range read twice or skipped would break the tar stream
     assert keys == shard_set.keys  # the epoch is complete, in order, exactly once
-    with open_url(urls[1], options, remote=PATIENT) as reader:
-        with open(shard_set.paths[1], "rb") as local:
-            assert reader.read() == local.read()
+    with open_url(urls[1], options, remote=PATIENT) as reader, open(shard_set.paths[1], "rb") as f:
+        assert reader.read() == f.read()

@@ -160,6 +160,6 @@ def test_s3_cache(s3_server: S3Server, shard_set: ShardSet, tmp_path: Path) -> N
 
 def test_s3_missing_object(s3_server: S3Server) -> None:
     missing = "s3://conveyor-test/shards/nope.tar"
-    with pytest.raises(SampleError, match="cannot open.*NoSuchKey") as caught:
+    with pytest.raises(SampleError, match=r"cannot open.*NoSuchKey") as caught:
         list(TarShards([missing], storage_options=s3_server.storage_options))
     assert caught.value.url == missing and isinstance(caught.value.__cause__, FileNotFoundError)
