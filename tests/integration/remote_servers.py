@@ -231,7 +231,8 @@ class Fault:
     """How one request misbehaves.
 
     ``kind``: ``"serve"`` answers normally; ``"status"`` answers ``status`` with no body;
-    ``"hang"`` reads the request and never answers; ``"stall"`` sends the headers and ``after`` body bytes, then nothing;
+    ``"hang"`` reads the request and never answers; ``"stall"`` sends the headers and
+    ``after`` body bytes, then nothing;
     ``"reset"`` sends the headers and ``after`` body bytes, then resets the connection (RST);
     ``"close"`` does the same but closes it cleanly (FIN) with the body unfinished.
     """
