@@ -15,6 +15,7 @@ The protocol `RangeSource` is what a backend (HTTP, S3) provides.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from dataclasses import dataclass
@@ -147,7 +148,9 @@ class RangedReader(io.BufferedIOBase):
 
     def _drop_answer(self) -> None:
         answer, self._answer = self._answer, None
-        if answer is not None and os.getpid() == self._owner:
+        if answer is None or os.getpid() != self._owner:
+            return  # in a forked child the connection belongs to the parent's event loop
+        with contextlib.suppress(Exception):  # a broken answer's connection is gone anyway
             self._source.release(answer)
 
     def _fill(self, want: int) -> None:
