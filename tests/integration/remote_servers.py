@@ -1,12 +1,14 @@
 """Real servers on 127.0.0.1 for the remote-shard tests: an HTTP server and SeaweedFS (S3).
 
 Started by the session fixtures in ``conftest.py``; this module holds their code so tests
-can import the types.
+can import the types. `FaultyServer` is an HTTP server that misbehaves on request (hangs,
+stalls mid-body, errors, resets), started per test by tests/integration/test_remote_faults.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import io
 import os
@@ -14,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -218,3 +221,132 @@ def upload_shards(options: dict[str, Any], shard_set: ShardSet) -> list[str]:
     if release is not None and getattr(fs, "_s3creator", None) is not None:
         release(fs.loop, fs._s3creator)
     return urls
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+@dataclass(frozen=True)
+class Fault:
+    """How one request misbehaves.
+
+    ``kind``: ``"serve"`` answers normally; ``"status"`` answers ``status`` with no body;
+    ``"hang"`` reads the request and never answers; ``"stall"`` sends the headers and
+    ``after`` body bytes, then nothing;
+    ``"reset"`` sends the headers and ``after`` body bytes, then resets the connection (RST);
+    ``"close"`` does the same but closes it cleanly (FIN) with the body unfinished.
+    """
+
+    kind: str
+    status: int = 500
+    after: int = 0
+
+
+class FaultyHandler(RangeHandler):
+    """`RangeHandler` whose requests for a path take the faults scripted for it, in order."""
+
+    server: FaultyServer
+
+    def _send(self, data: bytes, byte_range: str | None, body: bool) -> None:
+        fault = self.server.next_fault(self.path)
+        if fault is None or fault.kind == "serve":
+            super()._send(data, byte_range, body)
+        elif fault.kind == "status":
+            self.send_error(fault.status, "injected failure")
+        elif fault.kind == "hang":
+            self.server.hold(self.path)
+        else:
+            self._send_part(data, byte_range, fault)
+
+    def _send_part(self, data: bytes, byte_range: str | None, fault: Fault) -> None:
+        start = 0
+        if byte_range and byte_range.startswith("bytes="):
+            start = int(byte_range[len("bytes=") :].partition("-")[0] or 0)
+        end = len(data) - 1
+        if byte_range:
+            last = byte_range.partition("-")[2]
+            end = min(int(last), end) if last else end
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end + 1 - start))
+        self.end_headers()
+        self.wfile.write(data[start : start + fault.after])
+        self.wfile.flush()
+        if fault.kind == "stall":
+            self.server.hold(self.path)
+            return
+        if fault.kind == "close":
+            self.close_connection = True
+            return
+        linger = (1).to_bytes(4, sys.byteorder) + (0).to_bytes(4, sys.byteorder)
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        self.connection.close()  # with linger 0 the last close sends RST, not FIN
+        self.close_connection = True
+
+
+class FaultyServer(QuietServer):
+    """Serves ``directory`` with Range support on 127.0.0.1; `script` makes the next
+    requests of a path misbehave. Handler threads are joined on `close` (`release` first
+    lets hanging and stalled ones finish); ``held`` is set whenever one starts to hang."""
+
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, directory: Path) -> None:
+        self.log: list[tuple[str, str, str | None]] = []
+        logged = type("LoggedFaultyHandler", (FaultyHandler,), {"log": self.log})
+        super().__init__(("127.0.0.1", 0), functools.partial(logged, directory=str(directory)))
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.held = threading.Event()
+        self._released = threading.Event()
+        self._faults: dict[str, list[Fault]] = {}
+        self._lock = threading.Lock()
+        serve = functools.partial(self.serve_forever, poll_interval=0.05)
+        self._thread = threading.Thread(target=serve, name="faulty-http-server")
+        self._thread.start()
+
+    def script(self, path: str, *faults: Fault) -> None:
+        """The next ``len(faults)`` requests of ``path`` take these faults, in order."""
+        with self._lock:
+            self._faults.setdefault(path, []).extend(faults)
+
+    def next_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            queue = self._faults.get(path)
+            return queue.pop(0) if queue else None
+
+    def hold(self, path: str) -> None:
+        """Keep this handler's connection open, answering nothing more, until released."""
+        self.held.set()
+        self._released.wait(timeout=120)
+
+    def ranges(self, path: str) -> list[int]:
+        """Start offsets of the ranged GETs of ``path`` so far."""
+        found = []
+        for method, requested, byte_range in list(self.log):
+            if method == "GET" and requested == path and byte_range:
+                found.append(int(byte_range.split("=")[1].split("-")[0]))
+        return found
+
+    def stop_serving(self) -> None:
+        """From now on connections are refused (the server died)."""
+        self.shutdown()
+        self._thread.join(timeout=10)
+        self.socket.close()
+
+    def close(self) -> None:
+        self._released.set()
+        if self._thread.is_alive():
+            self.shutdown()
+            self._thread.join(timeout=10)
+        self.server_close()
+
+
+def refusing_url() -> tuple[socket.socket, str]:
+    """A bound, never listening socket (so nobody else takes its port) and its URL:
+    connecting there is refused."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -15,7 +15,7 @@ from remote_servers import HttpServer, S3Server, ShardSet
 import conveyor
 from conveyor.datapipes.iter.loading import FileLister, TarShards
 from conveyor.formats import BadSampleWarning, SampleError
-from conveyor.storage import ShardCache
+from conveyor.storage import RemoteOptions, RemoteReadError, ShardCache
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,19 +82,24 @@ def test_http_timeout_and_server_error(http_server: HttpServer, shard_set: Shard
     good = http_urls(http_server, shard_set)
     failing = http_urls(http_server, shard_set, prefix="fail/")[0]
     hanging = http_urls(http_server, shard_set, prefix="slow/1/")[1]
-    options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=0.3)}}
-    with pytest.raises(SampleError, match="cannot open") as caught:
-        list(TarShards([good[0], failing], decode=None))
-    assert caught.value.url == failing  # fsspec reports the 500 as FileNotFoundError
-    with pytest.raises(SampleError) as caught:
-        list(TarShards([hanging], decode=None, storage_options=options))
+    options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=0.3)}}  # the user's own
+    remote = RemoteOptions(retries=1, backoff_s=0.0)
+    with pytest.raises(SampleError, match="HTTP 500") as caught:
+        list(TarShards([good[0], failing], decode=None, remote=remote))
+    assert caught.value.url == failing and isinstance(caught.value.__cause__, RemoteReadError)
+    with pytest.raises(SampleError, match="timed out") as caught:
+        list(TarShards([hanging], decode=None, storage_options=options, remote=remote))
     assert caught.value.url == hanging
     pipe = TarShards(
-        [failing, good[2], hanging], decode=None, storage_options=options, on_error="skip"
+        [good[2], failing, hanging],
+        decode=None,
+        storage_options=options,
+        on_error="skip",
+        remote=remote,
     )
-    with pytest.warns(BadSampleWarning, match="skipped 2"):
+    with pytest.warns(BadSampleWarning, match=r"skipped 16 bad sample\(s\), 16 of them estimated"):
         assert keys_of(pipe) == shard_set.keys[16:24]
-    assert pipe.errors.skipped == 2 and {e.url for e in pipe.errors.examples} == {failing, hanging}
+    assert pipe.errors.records == 2 and {e.url for e in pipe.errors.examples} == {failing, hanging}
 
 
 def test_http_with_dataloader_workers(http_server: HttpServer, shard_set: ShardSet) -> None:
@@ -155,6 +160,6 @@ def test_s3_cache(s3_server: S3Server, shard_set: ShardSet, tmp_path: Path) -> N
 
 def test_s3_missing_object(s3_server: S3Server) -> None:
     missing = "s3://conveyor-test/shards/nope.tar"
-    with pytest.raises(SampleError, match="cannot open") as caught:
+    with pytest.raises(SampleError, match=r"cannot open.*NoSuchKey") as caught:
         list(TarShards([missing], storage_options=s3_server.storage_options))
-    assert caught.value.url == missing
+    assert caught.value.url == missing and isinstance(caught.value.__cause__, FileNotFoundError)

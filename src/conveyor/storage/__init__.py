@@ -1,7 +1,8 @@
 """Storage: list and open local and remote files (fsspec), and cache remote shards locally.
 
 Local paths need only the standard library; remote URLs need ``pip install conveyor[remote]``.
-This package never imports torch.
+Remote reads have timeouts and retries (`RemoteOptions`) and resume at the byte offset
+reached (`RangedReader`). This package never imports torch.
 """
 
 from conveyor.storage.cache import ShardCache
@@ -15,13 +16,20 @@ from conveyor.storage.filesystems import (
     release_connections,
     scheme_of,
 )
+from conveyor.storage.options import RemoteOptions
 from conveyor.storage.patterns import expand_braces, resolve_urls
+from conveyor.storage.ranged import RangedReader
+from conveyor.storage.retry import RemoteReadError, failed_requests
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "FileSystem",
+    "RangedReader",
+    "RemoteOptions",
+    "RemoteReadError",
     "ShardCache",
     "expand_braces",
+    "failed_requests",
     "get_filesystem",
     "is_local",
     "list_files",

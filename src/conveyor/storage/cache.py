@@ -153,6 +153,12 @@ class _TeeReader(io.RawIOBase):
         self._position = 0
         self._eof = False
 
+    @property
+    def size(self) -> int | None:
+        """The remote file's size, when its reader knows it."""
+        size = getattr(self._remote, "size", None)
+        return size if isinstance(size, int) else None
+
     def readable(self) -> bool:
         return True
 
@@ -191,8 +197,8 @@ class _TeeReader(io.RawIOBase):
                 os.unlink(self._temp_path)
 
     def _drain(self) -> None:
-        size = getattr(self._remote, "size", None)
-        if not isinstance(size, int) or size - self._position > _DRAIN_LIMIT_BYTES:
+        size = self.size
+        if size is None or size - self._position > _DRAIN_LIMIT_BYTES:
             return
         while self.read(1 << 16):
             pass

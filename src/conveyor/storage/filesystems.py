@@ -4,6 +4,9 @@ A URL without a scheme (or with ``file://``) is a local path and needs nothing b
 standard library. Other schemes (``s3://``, ``http(s)://``, ``gs://``, ``memory://``, ...)
 go through fsspec, installed with ``pip install conveyor[remote]``. Reads are streaming:
 remote files are fetched in ``block_size`` ranges as they are read, never downloaded whole.
+``http(s)://`` and ``s3://`` objects are read by `RangedReader` (timeouts and retries of
+`RemoteOptions`, resuming at the byte offset reached); other schemes use their fsspec
+driver's own file object, timeouts and retries.
 
 fsspec file-system objects are created once per process and per set of options (a forked
 worker makes its own: event loops and connections do not survive a fork) and kept until
@@ -15,11 +18,17 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from conveyor.storage.options import RemoteOptions
+from conveyor.storage.ranged import RangedReader, RangeSource
+from conveyor.storage.retry import Failure, RetryRun
 
 if TYPE_CHECKING:
     from conveyor.storage.cache import ShardCache
+
+T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -114,36 +123,92 @@ class LocalFileSystem:
         return os.path.getsize(_local_path(url))
 
 
-class RemoteFileSystem:
-    """An fsspec file system; paths are returned as full URLs (scheme included)."""
+_HTTP_SCHEMES = frozenset({"http", "https"})
+_S3_SCHEMES = frozenset({"s3", "s3a"})
 
-    def __init__(self, fs: Any) -> None:
+
+class RemoteFileSystem:
+    """An fsspec file system; paths are returned as full URLs (scheme included).
+
+    HTTP(S) and S3 objects open as `RangedReader`s; listing calls are retried as reads
+    are (per ``options``), other schemes rely on their driver.
+    """
+
+    def __init__(self, fs: Any, scheme: str = "", options: RemoteOptions | None = None) -> None:
         self.fs = fs
+        self.scheme = scheme
+        self.options = options or RemoteOptions()
 
     def _url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
 
+    def _source(self, url: str) -> RangeSource | None:
+        if self.scheme in _HTTP_SCHEMES:
+            from conveyor.storage.http_source import HttpSource
+
+            return HttpSource(self.fs, url, self.options)
+        if self.scheme in _S3_SCHEMES:
+            from conveyor.storage.s3_source import S3Source
+
+            return S3Source(self.fs, url, self.options)
+        return None
+
+    def _classify(self, error: BaseException) -> Failure:
+        if self.scheme in _S3_SCHEMES:
+            from conveyor.storage.s3_source import classify_s3
+
+            return classify_s3(error, self.options)
+        from conveyor.storage.http_source import classify_http
+
+        return classify_http(error, self.options)
+
+    def _retrying(self, url: str, call: Callable[[], T]) -> T:
+        """``call()``, tried again on retryable failures (others raise as they are)."""
+        if self.scheme not in _HTTP_SCHEMES | _S3_SCHEMES:
+            return call()
+        run = RetryRun(self.options, url)
+        while True:
+            try:
+                return call()
+            except Exception as error:
+                failure = self._classify(error)
+                if not failure.retryable:
+                    raise
+                run.failed(failure, None)
+
     def find(self, url: str, recursive: bool) -> list[str]:
         depth = None if recursive else 1
-        paths = self.fs.find(url, maxdepth=depth, withdirs=False)
+        paths = self._retrying(url, lambda: self.fs.find(url, maxdepth=depth, withdirs=False))
         return sorted(self._url(path) for path in paths)
 
     def isdir(self, url: str) -> bool:
-        return bool(self.fs.isdir(url))
+        return bool(self._retrying(url, lambda: self.fs.isdir(url)))
 
     def glob(self, pattern: str) -> list[str]:
-        return sorted(self._url(path) for path in self.fs.glob(pattern))
+        return sorted(
+            self._url(path) for path in self._retrying(pattern, lambda: self.fs.glob(pattern))
+        )
 
     def open(self, url: str, block_size: int) -> IO[bytes]:
+        source = self._source(url)
+        if source is not None:
+            return cast(IO[bytes], RangedReader(source, self.options, block_size))
         stream: IO[bytes] = self.fs.open(url, "rb", block_size=block_size, cache_type="readahead")
         return stream
 
     def size(self, url: str) -> int:
-        return int(self.fs.size(url))
+        if self._source(url) is None:
+            return int(self.fs.size(url))
+        with self.open(url, 1) as reader:  # one ranged GET of one byte gives the size
+            reader.read(1)
+            size = getattr(reader, "size", None)
+        if size is None:
+            raise OSError(f"{url}: the server does not say the object's size")
+        return int(size)
 
 
 _LOCAL = LocalFileSystem()
-_remote: dict[tuple[int, str, str], RemoteFileSystem] = {}
+_remote: dict[tuple[int, str, str, RemoteOptions], RemoteFileSystem] = {}
 
 
 def _import_fsspec(url: str) -> Any:
@@ -157,25 +222,49 @@ def _import_fsspec(url: str) -> Any:
     return fsspec
 
 
-def get_filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> FileSystem:
+def _with_defaults(scheme: str, options: dict[str, Any], remote: RemoteOptions) -> None:
+    """Add conveyor's timeouts (and, for S3, no botocore retries) unless the user set them."""
+    if scheme in _HTTP_SCHEMES:
+        from conveyor.storage.http_source import http_client_timeout
+
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("timeout", http_client_timeout(remote))
+        options["client_kwargs"] = client
+    elif scheme in _S3_SCHEMES:
+        from conveyor.storage.s3_source import s3_config_defaults
+
+        config = dict(options.get("config_kwargs") or {})
+        for key, value in s3_config_defaults(remote).items():
+            config.setdefault(key, value)
+        options["config_kwargs"] = config
+
+
+def get_filesystem(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
+) -> FileSystem:
     """The file system for ``url``; ``storage_options`` go to fsspec's constructor.
 
-    Raises ImportError naming ``pip install conveyor[remote]`` when a remote URL is given
-    and fsspec (or the scheme's driver, e.g. s3fs) is missing.
+    ``remote`` sets timeouts and retries (default: `RemoteOptions.from_env`). Raises
+    ImportError naming ``pip install conveyor[remote]`` when a remote URL is given and
+    fsspec (or the scheme's driver, e.g. s3fs) is missing.
     """
     scheme = scheme_of(url)
     if scheme in ("", "file"):
         return _LOCAL
+    remote = remote or RemoteOptions.from_env()
     options = dict(storage_options or {})
-    key = (os.getpid(), scheme, repr(sorted(options.items())))
+    key = (os.getpid(), scheme, repr(sorted(options.items())), remote)
     found = _remote.get(key)
     if found is None:
         fsspec = _import_fsspec(url)
         try:
+            _with_defaults(scheme, options, remote)
             fs = fsspec.filesystem(scheme, skip_instance_cache=True, **options)
         except ImportError as error:
             raise ImportError(f"reading {url!r}: {error}; {_REMOTE_HINT}") from error
-        found = _remote[key] = RemoteFileSystem(fs)
+        found = _remote[key] = RemoteFileSystem(fs, scheme, remote)
     return found
 
 
@@ -184,12 +273,16 @@ def open_url(
     storage_options: Mapping[str, Any] | None = None,
     block_size: int = DEFAULT_BLOCK_BYTES,
     cache: ShardCache | None = None,
+    remote: RemoteOptions | None = None,
 ) -> IO[bytes]:
     """Open ``url`` for streaming binary reads; the caller closes the stream.
 
     With a ``cache``, remote files are read from (or copied into) it; local files never are.
+    ``remote``: timeouts and retries of remote reads (default: `RemoteOptions.from_env`).
+    A missing object raises FileNotFoundError; other failures that outlast the retries
+    raise `RemoteReadError` (an OSError) with the HTTP status and the URL.
     """
-    fs = get_filesystem(url, storage_options)
+    fs = get_filesystem(url, storage_options, remote)
     if cache is None or fs is _LOCAL:
         return fs.open(url, block_size)
     return cache.open(url, lambda: fs.open(url, block_size))
@@ -206,13 +299,14 @@ def list_files(
     *,
     recursive: bool = False,
     storage_options: Mapping[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> list[str]:
     """Sorted files under ``root`` whose basename matches any of ``masks`` (all if empty).
 
     ``root`` may be a directory, a single file, or a glob pattern (``*?[``). Raises
     FileNotFoundError naming ``root`` when nothing exists there.
     """
-    fs = get_filesystem(root, storage_options)
+    fs = get_filesystem(root, storage_options, remote)
     if any(char in root.rsplit("://", maxsplit=1)[-1] for char in "*?["):
         files = fs.glob(root)
     elif fs.isdir(root):
@@ -220,7 +314,7 @@ def list_files(
     else:
         try:
             fs.size(root)
-        except (FileNotFoundError, OSError) as error:
+        except FileNotFoundError as error:
             raise FileNotFoundError(f"list_files: {root!r} does not exist") from error
         files = [root]
     patterns = _masks(masks)

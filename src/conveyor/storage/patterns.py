@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from conveyor.storage.filesystems import get_filesystem
+from conveyor.storage.options import RemoteOptions
 
 __all__ = ["expand_braces", "resolve_urls"]
 
@@ -47,7 +48,9 @@ def _has_glob(url: str) -> bool:
 
 
 def resolve_urls(
-    urls: str | Iterable[str], storage_options: Mapping[str, Any] | None = None
+    urls: str | Iterable[str],
+    storage_options: Mapping[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> list[str]:
     """The concrete shard URLs: braces expanded, globs listed (sorted), order kept.
 
@@ -60,7 +63,7 @@ def resolve_urls(
             if not _has_glob(url):
                 resolved.append(url)
                 continue
-            matches = get_filesystem(url, storage_options).glob(url)
+            matches = get_filesystem(url, storage_options, remote).glob(url)
             if not matches:
                 raise FileNotFoundError(f"no shard matches {url!r}")
             resolved.extend(matches)

@@ -18,6 +18,7 @@ from conveyor.formats import (
     TooManyBadSamples,
     read_members,
 )
+from conveyor.formats.skips import drain_skips
 
 
 def corrupt_member(shard: str, index: int) -> int:
@@ -40,14 +41,19 @@ def test_corrupt_member_raises_with_shard_and_offset(shards: list[str]) -> None:
 
 def test_corrupt_member_skipped_and_counted(shards: list[str]) -> None:
     corrupt_member(shards[1], 4)
+    drain_skips()
     pipe = TarShards(shards, on_error="skip")
-    with pytest.warns(BadSampleWarning, match="skipped 1 bad sample"):
+    with pytest.warns(BadSampleWarning, match=r"skipped 4 bad sample\(s\) in 1 skip"):
         keys = [s["cls"] for s in pipe]
-    # shard 1 (samples 5..9) stops at the header of 6's second member: 6 is dropped
+    # shard 1 (samples 5..9) stops at the header of 6's second member: 6, 7, 8, 9 are lost,
+    # found by reading the rest of the shard for its headers (an exact count, with keys)
     assert keys == [0, 1, 2, 3, 4, 5, *range(10, 20)]
-    assert pipe.errors.skipped == 1
-    assert pipe.errors.examples[0].url == shards[1]
+    assert (pipe.errors.skipped, pipe.errors.estimated, pipe.errors.records) == (4, 0, 1)
+    record = pipe.errors.examples[0]
+    assert record.url == shards[1] and not record.estimated
+    assert record.keys == ("000006", "000007", "000008", "000009")
     assert "corrupt tar header" in pipe.errors.report()
+    assert drain_skips() == [record]
 
 
 def test_undecodable_image_names_key(tmp_path: Path, make_shards: Callable[..., list[str]]) -> None:

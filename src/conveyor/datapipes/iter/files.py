@@ -16,7 +16,14 @@ from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDic
 from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
 from conveyor.datapipes.iter.wrappers import IterableWrapper
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
-from conveyor.storage import DEFAULT_BLOCK_BYTES, ShardCache, is_local, list_files, open_url
+from conveyor.storage import (
+    DEFAULT_BLOCK_BYTES,
+    RemoteOptions,
+    ShardCache,
+    is_local,
+    list_files,
+    open_url,
+)
 
 __all__ = ["FileLister", "FileOpener", "StreamReader"]
 
@@ -96,7 +103,9 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
     Same as torch's FileOpener (``mode`` ``"r"``/``"t"``/``"rt"`` for text, ``"b"``/``"rb"``
     for bytes), for local paths and fsspec URLs. Remote files are streamed in
     ``block_size`` ranges (never downloaded whole) or, with a `ShardCache`, read from and
-    copied into a local cache. A file that cannot be opened raises `SampleError` naming
+    copied into a local cache; ``remote`` sets their timeouts and retries (default:
+    `RemoteOptions.from_env`). ``http(s)``/``s3`` objects are requested at the first read,
+    so a missing one fails there. A file that cannot be opened raises `SampleError` naming
     it, or is counted and skipped under ``on_error="skip"`` (or an `ErrorPolicy`).
     Streams belong to the consumer, who closes them (``load_from_tar`` and
     ``read_from_stream`` close each stream when done with it or when their run ends).
@@ -113,6 +122,7 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
         cache: ShardCache | None = None,
         block_size: int = DEFAULT_BLOCK_BYTES,
         on_error: OnError | ErrorPolicy = "raise",
+        remote: RemoteOptions | None = None,
     ) -> None:
         if mode not in ("b", "t", "rb", "rt", "r"):
             raise ValueError(f"Invalid mode {mode}")
@@ -126,9 +136,10 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
         self.cache = cache
         self.block_size = block_size
         self.policy = as_policy(on_error)
+        self.remote = remote
 
     def _open(self, path: str) -> IO[Any]:
-        stream = open_url(path, self.storage_options, self.block_size, self.cache)
+        stream = open_url(path, self.storage_options, self.block_size, self.cache, self.remote)
         if "b" in self.mode:
             return stream
         return io.TextIOWrapper(stream, encoding=self.encoding)

@@ -20,8 +20,8 @@ from conveyor.datapipes.rng import SplitMix64, draw_seed
 from conveyor.distributed import world_and_rank
 from conveyor.engine.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
-from conveyor.formats.errors import ErrorPolicy, OnError, as_policy
-from conveyor.storage import DEFAULT_BLOCK_BYTES, ShardCache, resolve_urls
+from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
+from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, ShardCache, resolve_urls
 from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["ShardLister", "TarShards", "consumer_slot"]
@@ -72,6 +72,7 @@ class ShardLister(IterDataPipe[str]):
         shuffle: bool = False,
         seed: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.urls: list[str] = [urls] if isinstance(urls, str) else [str(url) for url in urls]
         if not self.urls:
@@ -79,6 +80,7 @@ class ShardLister(IterDataPipe[str]):
         self.shuffle_shards = shuffle
         self.seed = seed
         self.storage_options = dict(storage_options or {})
+        self.remote = remote
         self.groups: dict[int, tuple[int, int]] = {}
         self._set_seed: int | None = None
         self._passes = 0
@@ -138,7 +140,7 @@ class ShardLister(IterDataPipe[str]):
 class _ShardCursor(Cursor[str]):
     def __init__(self, node: ShardLister, state: StateDict | None) -> None:
         consumers, consumer = node._slot()
-        urls = resolve_urls(node.urls, node.storage_options)
+        urls = resolve_urls(node.urls, node.storage_options, node.remote)
         if state is not None:
             check_version(state, 1, "ShardLister")
             if (state["consumers"], state["consumer"]) != (consumers, consumer):
@@ -208,7 +210,11 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         storage_options: fsspec options (e.g. ``{"endpoint_url": ...}`` for s3fs).
         cache: a `ShardCache` for remote shards (local shards are never copied).
         on_error: ``"raise"``, ``"skip"`` or an `ErrorPolicy`, shared by every stage and
-            readable as ``errors``.
+            readable as ``errors``. ``"raise"`` delivers every complete sample read before
+            the error (the shuffle buffer's too), then raises it; ``"skip"`` counts samples
+            lost (see `conveyor.formats.skips`).
+        remote: timeouts and retries of remote reads (`RemoteOptions`; default: from the
+            ``CONVEYOR_REMOTE_*`` environment variables, else its defaults).
 
     State: shard index and member offset (resume without replay) plus the shuffle buffer
     (raw encoded samples) when shuffling.
@@ -226,9 +232,12 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         cache: ShardCache | None = None,
         block_size: int = DEFAULT_BLOCK_BYTES,
         on_error: OnError | ErrorPolicy = "raise",
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.errors = as_policy(on_error)
-        self.shards = ShardLister(urls, shuffle=shuffle, seed=seed, storage_options=storage_options)
+        self.shards = ShardLister(
+            urls, shuffle=shuffle, seed=seed, storage_options=storage_options, remote=remote
+        )
         opened = FileOpener(
             self.shards,
             mode="b",
@@ -236,9 +245,11 @@ class TarShards(IterDataPipe[dict[str, Any]]):
             cache=cache,
             block_size=block_size,
             on_error=self.errors,
+            remote=remote,
         )
         members = TarArchiveLoader(opened, stream=False, on_error=self.errors)
         samples: IterDataPipe[Any] = WebDataset(members, on_error=self.errors)
+        samples = _EndBeforeError(samples, self.errors)
         samples = Shuffler(samples, buffer_size=shuffle_buffer).set_shuffle(shuffle)
         if decode is not None:
             registry = decode if isinstance(decode, DecoderRegistry) else DecoderRegistry(decode)
@@ -246,9 +257,51 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         self.datapipe = samples
 
     def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
-        return _PassCursor(self.datapipe, state, "TarShards")
+        return _PassCursor(self, state)
 
 
 class _PassCursor(SourceCursor[Any]):
+    """The pass's output; raises the error `_EndBeforeError` kept, once all is delivered."""
+
+    def __init__(self, node: TarShards, state: StateDict | None) -> None:
+        node.errors.deferred = None
+        super().__init__(node.datapipe, state, "TarShards")
+        self._policy = node.errors
+
     def next(self) -> Any:
-        return self.source.nonblocking_next()
+        try:
+            return self.source.nonblocking_next()
+        except StopIteration:
+            error, self._policy.deferred = self._policy.deferred, None
+            if error is None:
+                raise
+        raise error  # outside the handler: the error keeps its own cause and context
+
+
+class _EndBeforeError(IterDataPipe[Any]):
+    """Below the shuffle buffer: a `SampleError` ends the stream here and is kept in the
+    policy's ``deferred``, so the buffered samples are delivered before it is raised."""
+
+    def __init__(self, datapipe: IterDataPipe[Any], policy: ErrorPolicy) -> None:
+        self.datapipe = datapipe
+        self.policy = policy
+
+    def _make_cursor(self, state: StateDict | None) -> Cursor[Any]:
+        return _EndBeforeErrorCursor(self, state)
+
+
+class _EndBeforeErrorCursor(SourceCursor[Any]):
+    def __init__(self, node: _EndBeforeError, state: StateDict | None) -> None:
+        super().__init__(node.datapipe, state, "TarShards")
+        self._policy = node.policy
+        self._ended = False
+
+    def next(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        try:
+            return self.source.nonblocking_next()
+        except SampleError as error:
+            self._ended = True
+            self._policy.deferred = error
+            raise StopIteration from None

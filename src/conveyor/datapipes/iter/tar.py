@@ -8,13 +8,22 @@ first member of the next sample, so that member is simply read again.
 from __future__ import annotations
 
 import io
+import os
 from typing import IO, Any, Self
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, StateDict, check_version, sub_state
 from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
 from conveyor.formats.grouping import SampleBuilder
-from conveyor.formats.tar import open_archive, read_members
+from conveyor.formats.progress import ShardProgress
+from conveyor.formats.tar import (
+    TarCorruption,
+    TarReadError,
+    TarTruncation,
+    open_archive,
+    read_members,
+    scan_rest,
+)
 
 __all__ = ["TarArchiveLoader", "TarMemberPath", "WebDataset"]
 
@@ -56,9 +65,11 @@ class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
     (e.g. from ``open_files(mode="b")``); each output path is ``archive_path/member_name``
     (a `TarMemberPath`); the member comes as a ``BytesIO`` (or ``bytes`` with
     ``stream=False``). gzip archives (``.tar.gz``, ``.tgz``) are decompressed on the fly.
-    Each archive's stream is closed when it is done. A corrupt header or truncated member
-    raises `SampleError` with the archive URL and offset, or, under ``on_error="skip"``,
-    the rest of that archive is skipped and counted.
+    Each archive's stream is closed when it is done. A corrupt header, a truncated member,
+    an empty archive or one without tar's end-of-archive blocks (cut short) raises
+    `SampleError` with the archive URL and offset, or, under ``on_error="skip"``, the rest
+    of that archive is skipped and counted in samples (WebDataset keys): after a corrupt
+    header the rest is read to find its keys; otherwise the count is an estimate.
 
     State: the input's state before the current archive and the offset of the next
     member; resuming seeks there (O(1) on seekable streams, local or remote).
@@ -99,19 +110,71 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
         url, raw = item
         url = str(url)
         self.policy.cut_short.discard(url)
+        progress = ShardProgress(url, int(position or 0), self.policy.history)
+        stream = raw
         try:
             stream = open_archive(raw, url)
-            for member in read_members(stream, url, int(position or 0)):
+            for member in read_members(stream, url, progress.start):
+                progress.saw(member)
                 data = io.BytesIO(member.data) if self._as_stream else member.data
                 yield (TarMemberPath(url, member.name), data), member.end
-        except SampleError:
-            raise
-        except Exception as error:  # network or decompression failure mid-archive
-            reason = f"cannot read archive: {type(error).__name__}: {error}"
-            raise SampleError(reason, url) from error
+        except SampleError as error:
+            counted = self._counted(error, progress, raw, stream)
+            if counted is error:
+                raise
+            raise counted from error
+        except Exception as error:  # opening a gzip stream, seeking to the resume offset
+            failed = TarReadError(
+                f"cannot read archive: {type(error).__name__}: {error}",
+                url,
+                offset=progress.position,
+            )
+            raise self._counted(failed, progress, raw, stream) from error
+        progress.finished(_size_of(raw))
+
+    def _counted(
+        self, error: SampleError, progress: ShardProgress, raw: Any, stream: Any
+    ) -> SampleError:
+        """``error`` with the samples it cost (worked out only when they will be skipped).
+
+        The sample in progress is dropped by ``webdataset`` (``cut_short``) unless the
+        failure was in a member of a later sample, which shows it was complete."""
+        if self.policy.on_error != "skip" or error.loss is not None:
+            return error
+        if not progress.completes_current(error.key):
+            self.policy.cut_short.add(error.url)
+        if isinstance(error, TarCorruption):
+            try:
+                loss = progress.loss_scanned(scan_rest(stream, error.url))
+            except Exception:  # the rest cannot be read either: estimate it
+                loss = progress.loss_estimated(_bytes_left(raw, stream, error.offset))
+        elif isinstance(error, TarTruncation):
+            loss = progress.loss_estimated(None, error.key)  # the bytes say nothing
+        else:
+            loss = progress.loss_estimated(_bytes_left(raw, stream, error.offset), error.key)
+        return type(error)(error.reason, error.url, error.key, error.offset, loss)
 
     def release(self, item: Any) -> None:
         item[1].close()
+
+
+def _size_of(raw: Any) -> int | None:
+    """The byte size of an open stream, if it can say (local file, remote reader)."""
+    size = getattr(raw, "size", None)
+    if isinstance(size, int):
+        return size
+    try:
+        return os.fstat(raw.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _bytes_left(raw: Any, stream: Any, offset: int | None) -> int | None:
+    """Bytes of the archive after ``offset`` (None for compressed archives or unknown size)."""
+    size = _size_of(raw)
+    if size is None or offset is None or stream is not raw:
+        return None
+    return max(0, size - offset)
 
 
 class WebDataset(IterDataPipe[dict[str, Any]]):
@@ -125,6 +188,8 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
     whose shards it reads.) A repeated extension raises `SampleError`, or is skipped and
     counted under ``on_error="skip"``; with the same policy as ``load_from_tar``, the last
     sample of a shard cut short by a skipped error is dropped too (it may be incomplete).
+    An error raised from the input is raised after the last sample of the shards that
+    ended before it (a shard's last sample is complete when the shard ended cleanly).
     """
 
     def __init__(
@@ -149,13 +214,23 @@ class _GroupCursor(Cursor[dict[str, Any]]):
         self._builder = SampleBuilder()
         self.source._restart(sub_state(state, "source"))
         self._start: StateDict | None = None  # input state before the sample in progress
+        self._error: SampleError | None = None  # raised after the sample delivered before it
 
     def next(self) -> dict[str, Any]:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         builder = self._builder
         while True:
             before = self.source.state_dict()
             try:
                 path, data = self.source.nonblocking_next()
+            except SampleError as error:
+                finished = self._finished_before(error)
+                if finished is None:
+                    raise
+                self._error = error
+                return finished
             except StopIteration:
                 last = self._complete(builder.flush())
                 if last is None:
@@ -176,6 +251,19 @@ class _GroupCursor(Cursor[dict[str, Any]]):
             if finished is not None:
                 self.policy.passed("WebDataset")
                 return finished
+
+    def _finished_before(self, error: SampleError) -> dict[str, Any] | None:
+        """The sample in progress if it is complete: its shard ended before ``error``'s, or
+        the error names a later sample of the same shard."""
+        current = self._builder.current
+        if current is None:
+            return None
+        same_shard = current["__url__"] == error.url
+        if same_shard and (not error.key or error.key == current["__key__"]):
+            return None
+        self._builder.flush()
+        self.policy.passed("WebDataset")
+        return current
 
     def _complete(self, sample: dict[str, Any] | None) -> dict[str, Any] | None:
         """``sample``, unless it is the last one of a shard that was cut short."""

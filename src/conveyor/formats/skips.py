@@ -1,0 +1,166 @@
+"""Skipped data, counted in samples: `SkipRecord`s, the per-process `SkipSink`, estimates.
+
+Under ``on_error="skip"`` every skip becomes one `SkipRecord`: the shard, the keys known to
+be lost, how many samples were lost (``estimated`` when nobody can know exactly, e.g. the
+rest of a shard whose server died) and why. Records go to this process's `SkipSink`, from
+which the loader's engine drains them after each batch and sends them to the main process,
+where one ledger counts them for the whole loader.
+
+Engine recipe (in each worker, after each batch): ``records = skip_sink().drain()``; send
+them with the batch; the main process adds ``sum(r.samples for r in records)`` to
+``stats().skipped``, applies ``max_skipped`` to that sum and names ``r.url``/``r.keys`` in
+its end-of-epoch warning. Workers call ``skip_sink().forward_to_main(True)`` once at start so
+their own pipelines stop warning on the worker's stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["Loss", "ShardHistory", "SkipRecord", "SkipSink", "drain_skips", "skip_sink"]
+
+MAX_PENDING_RECORDS = 10_000
+"""Records kept between drains; past it, records are merged into one (counts kept)."""
+
+
+@dataclass(frozen=True)
+class Loss:
+    """How many samples one failure cost, which keys (when known), and whether the count
+    is an estimate."""
+
+    samples: int
+    keys: tuple[str, ...] = ()
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class SkipRecord:
+    """One skip: ``samples`` lost from shard ``url`` (``keys``: those known), and why."""
+
+    url: str
+    reason: str
+    samples: int = 1
+    keys: tuple[str, ...] = ()
+    estimated: bool = False
+
+    @property
+    def key(self) -> str:
+        """The first key lost, or ``""`` (the form of the older ``SkippedSample``)."""
+        return self.keys[0] if self.keys else ""
+
+    def describe(self) -> str:
+        """``"~6 samples of 'shard.tar' (keys 'a', 'b'): reason"``."""
+        count = f"{'~' if self.estimated else ''}{self.samples} sample(s)"
+        where = f" of {self.url!r}" if self.url else ""
+        keys = ""
+        if self.keys:
+            shown = ", ".join(repr(key) for key in self.keys[:5])
+            more = f" and {len(self.keys) - 5} more" if len(self.keys) > 5 else ""
+            keys = f" (keys {shown}{more})"
+        return f"{count}{where}{keys}: {self.reason}"
+
+
+class SkipSink:
+    """This process's skip records, until drained. Not thread-safe: one pipeline per thread
+    adds, the engine drains between batches in the same thread."""
+
+    def __init__(self, max_records: int = MAX_PENDING_RECORDS) -> None:
+        self.max_records = max_records
+        self.forwarding = False
+        self._records: list[SkipRecord] = []
+        self._pid = os.getpid()
+
+    def _own(self) -> None:
+        if self._pid != os.getpid():  # inherited by fork: the parent reports its own records
+            self._pid = os.getpid()
+            self._records = []
+            self.forwarding = False
+
+    def forward_to_main(self, forwarding: bool = True) -> None:
+        """Say that an engine drains this sink (pipelines then leave warning to it)."""
+        self._own()
+        self.forwarding = forwarding
+
+    def is_forwarding(self) -> bool:
+        """True when an engine drains this sink in this process."""
+        self._own()
+        return self.forwarding
+
+    def add(self, record: SkipRecord) -> None:
+        """Keep ``record`` until the next `drain`."""
+        self._own()
+        if len(self._records) >= self.max_records:
+            last = self._records.pop()
+            record = SkipRecord(
+                "",
+                "more skips than kept between two drains",
+                last.samples + record.samples,
+                (),
+                last.estimated or record.estimated,
+            )
+        self._records.append(record)
+
+    def drain(self) -> list[SkipRecord]:
+        """The records added since the last drain (in this process), oldest first."""
+        self._own()
+        records, self._records = self._records, []
+        return records
+
+
+_SINK = SkipSink()
+
+
+def skip_sink() -> SkipSink:
+    """This process's `SkipSink`."""
+    return _SINK
+
+
+def drain_skips() -> list[SkipRecord]:
+    """``skip_sink().drain()``."""
+    return _SINK.drain()
+
+
+@dataclass
+class ShardHistory:
+    """Shards read to their end so far: the basis for estimating what a failure cost."""
+
+    shards: int = 0
+    samples: int = 0
+    sample_bytes: int = 0
+    tail_bytes: list[int] = field(default_factory=list)
+
+    def finished(self, samples: int, end_offset: int, size: int | None) -> None:
+        """A shard ended cleanly after ``samples`` samples; its end-of-archive blocks start
+        at ``end_offset`` of ``size`` bytes."""
+        self.shards += 1
+        self.samples += samples
+        self.sample_bytes += end_offset
+        if size is not None and len(self.tail_bytes) < 64:
+            self.tail_bytes.append(max(0, size - end_offset))
+
+    def per_shard(self) -> float | None:
+        """Mean samples per finished shard (None before the first)."""
+        return self.samples / self.shards if self.shards else None
+
+    def tail(self) -> int:
+        """Typical end padding of a shard (tar writes 2 zero blocks, often padded more)."""
+        if not self.tail_bytes:
+            return 1024
+        return sorted(self.tail_bytes)[len(self.tail_bytes) // 2]
+
+    def estimate_rest(
+        self, samples_seen: int, bytes_per_sample: float | None, bytes_left: int | None
+    ) -> int | None:
+        """Samples in the unread rest of a shard of which ``samples_seen`` were seen: from
+        ``bytes_left`` at ``bytes_per_sample`` (else the mean of finished shards), or when
+        the bytes say nothing (None), from the mean samples per shard; None if unknown."""
+        per_sample = bytes_per_sample
+        if not per_sample and self.samples:
+            per_sample = self.sample_bytes / self.samples
+        if bytes_left is not None and per_sample:
+            return max(0, round((bytes_left - self.tail()) / per_sample))
+        per_shard = self.per_shard()
+        if per_shard is not None:
+            return max(0, round(per_shard) - samples_seen)
+        return None

@@ -1,0 +1,89 @@
+"""How remote reads wait and retry: `RemoteOptions`, with defaults from environment variables.
+
+One frozen object says how long a remote read may wait (to connect, and for the next bytes
+of an answer) and how often a failed request is tried again. The defaults aim at training
+jobs: a dead or hanging server is reported within about a minute and a half, while an
+object store that restarts or throttles for up to ~30 s is ridden out without a word.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+__all__ = ["ENV_PREFIX", "RemoteOptions"]
+
+ENV_PREFIX = "CONVEYOR_REMOTE_"
+"""``CONVEYOR_REMOTE_<FIELD NAME IN CAPITALS>`` overrides a default (e.g.
+``CONVEYOR_REMOTE_READ_TIMEOUT_S=60``)."""
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """Timeouts and retries of remote (``http(s)://``, ``s3://``) reads.
+
+    A request that fails with a timeout, a refused or reset connection, a body cut short, or
+    HTTP 5xx / 408 / 429 is tried again after a backoff, from the byte offset reached; any
+    other answer (404, 403, ...) is final at once. A request that completes its byte range
+    resets the count of failures.
+    """
+
+    connect_timeout_s: float = 10.0
+    """Longest wait for a TCP (and TLS) connection."""
+
+    read_timeout_s: float = 20.0
+    """Longest wait for the next bytes of an answer: the status line after a request is
+    sent, or more of the body. A server that accepts and never answers fails after this."""
+
+    retries: int = 8
+    """Failed requests in a row that are tried again (0: fail at the first error)."""
+
+    backoff_s: float = 0.25
+    """Wait before the first retry; doubled for each further one, with jitter (a random
+    wait between half the value and the value)."""
+
+    backoff_max_s: float = 8.0
+    """Cap of one backoff wait."""
+
+    retry_budget_s: float = 60.0
+    """No retry starts later than this after the first failure of a run of failures, so a
+    hanging server is reported after about ``retry_budget_s + read_timeout_s``."""
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name == "retries":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"RemoteOptions: retries must be an int >= 0, got {value!r}")
+                continue
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"RemoteOptions: {field.name} must be a finite number >= 0, got {value!r}"
+                )
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            if getattr(self, name) == 0:
+                raise ValueError(f"RemoteOptions: {name} must be > 0")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RemoteOptions:
+        """The defaults, each overridden by ``CONVEYOR_REMOTE_<NAME>`` when that is set."""
+        source = os.environ if environ is None else environ
+        values: dict[str, float | int] = {}
+        for field in fields(cls):
+            text = source.get(ENV_PREFIX + field.name.upper())
+            if text is None or not text.strip():
+                continue
+            try:
+                values[field.name] = int(text) if field.name == "retries" else float(text)
+            except ValueError:
+                raise ValueError(
+                    f"{ENV_PREFIX + field.name.upper()}={text!r} is not a "
+                    f"{'whole ' if field.name == 'retries' else ''}number"
+                ) from None
+        return cls(**values)  # type: ignore[arg-type]
+
+    def backoff_cap_s(self, retry: int) -> float:
+        """The longest wait before retry number ``retry`` (0 for the first)."""
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(retry, 62))

@@ -1,0 +1,154 @@
+"""Retrying failed remote requests: what a failure was, and when (or whether) to try again.
+
+A backend (HTTP, S3) turns each exception or error status into a `Failure`; a `RetryRun`
+follows one run of failures of one object and either waits out a backoff or raises the
+final error: `FileNotFoundError` for a real "not found" (404, NoSuchKey), else
+`RemoteReadError` with the HTTP status, the URL, the byte offset and the attempts made.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conveyor.storage.options import RemoteOptions
+
+__all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
+
+_failed_requests = 0
+
+
+def failed_requests() -> int:
+    """Remote requests that failed in this process so far (each was retried or raised)."""
+    return _failed_requests
+
+
+class RemoteReadError(OSError):
+    """A remote read that failed for good; ``status`` is the HTTP status if there was one."""
+
+    def __init__(
+        self,
+        message: str,
+        url: str = "",
+        status: int | None = None,
+        offset: int | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.url = url
+        self.status = status
+        self.offset = offset
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[RemoteReadError], tuple[str, str, int | None, int | None, int]]:
+        return (type(self), (self.message, self.url, self.status, self.offset, self.attempts))
+
+
+def is_retryable_status(status: int) -> bool:
+    """5xx, 408 (request timeout) and 429 (too many requests) are worth another try."""
+    return status >= 500 or status in (408, 429)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed request, as classified by a backend.
+
+    ``reason`` is short and says what happened (``"HTTP 500 Internal Server Error"``,
+    ``"connection refused"``, ``"no data for 20 s"``); ``missing`` marks a real
+    "not found", which is final and becomes `FileNotFoundError`.
+    """
+
+    reason: str
+    retryable: bool
+    status: int | None = None
+    missing: bool = False
+
+
+def classify_builtin(error: BaseException, read_timeout_s: float) -> Failure | None:
+    """Standard-library exceptions every backend may see; None for anything else."""
+    if isinstance(error, FileNotFoundError):
+        return Failure(f"not found: {error}", retryable=False, missing=True)
+    if isinstance(error, TimeoutError):  # asyncio.TimeoutError is TimeoutError on 3.11
+        return Failure(f"no data for {read_timeout_s:g} s (timed out)", retryable=True)
+    if isinstance(error, ConnectionRefusedError):
+        return Failure("connection refused", retryable=True)
+    if isinstance(error, ConnectionResetError):
+        return Failure("connection reset by peer", retryable=True)
+    if isinstance(error, ConnectionError | EOFError):
+        return Failure(f"connection lost: {type(error).__name__}: {error}", retryable=True)
+    if isinstance(error, PermissionError):
+        return Failure(f"permission denied: {error}", retryable=False)
+    if isinstance(error, OSError):
+        return Failure(f"{type(error).__name__}: {error}", retryable=True)
+    return None
+
+
+class RetryRun:
+    """Failures of one object's requests; a completed request ends the run (``reset``).
+
+    ``failed`` returns after the backoff when another attempt is allowed (fewer than
+    ``retries`` retries so far and the retry budget not spent), else raises the final
+    error. Jitter comes from a private `random.Random`, never the global one (which the
+    user's seeding owns).
+    """
+
+    def __init__(
+        self,
+        options: RemoteOptions,
+        url: str,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.options = options
+        self.url = url
+        self._clock = clock
+        self._sleep = sleep
+        self._random = random.Random()
+        self.failures = 0
+        self.total_failures = 0
+        self._first_failure_at = 0.0
+
+    def reset(self) -> None:
+        """A request succeeded: the next failure starts a new run."""
+        self.failures = 0
+
+    def failed(self, failure: Failure, offset: int | None) -> None:
+        """Wait before the next attempt, or raise the final error for ``failure``
+        (``offset``: the byte the failed request started at, None for a listing)."""
+        global _failed_requests
+        _failed_requests += 1
+        now = self._clock()
+        if self.failures == 0:
+            self._first_failure_at = now
+        self.failures += 1
+        self.total_failures += 1
+        where = self.url if offset is None else f"{self.url} at byte {offset}"
+        if failure.missing:
+            raise FileNotFoundError(f"{where}: {failure.reason}")
+        options = self.options
+        if not failure.retryable:
+            raise RemoteReadError(
+                f"{failure.reason} reading {where}", self.url, failure.status, offset
+            )
+        delay = self._random.uniform(0.5, 1.0) * options.backoff_cap_s(self.failures - 1)
+        spent = now - self._first_failure_at
+        if self.failures > options.retries or spent + delay > options.retry_budget_s:
+            raise RemoteReadError(
+                f"{failure.reason} reading {where}; gave up after {self.failures} failed "
+                f"attempt(s) in {spent:.1f} s (RemoteOptions(retries={options.retries}, "
+                f"retry_budget_s={options.retry_budget_s:g}, "
+                f"read_timeout_s={options.read_timeout_s:g}))",
+                self.url,
+                failure.status,
+                offset,
+                self.failures,
+            )
+        self._sleep(delay)

@@ -1,0 +1,155 @@
+"""S3 objects for `RangedReader`: ranged ``GetObject`` calls on s3fs's aiobotocore client.
+
+Timeouts are botocore's (``connect_timeout``, ``read_timeout``); botocore's own retries
+are turned off by `s3_config_defaults` so that `RangedReader` alone retries, from the byte
+offset reached (botocore would restart a range from its start, s3fs from a block's start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+from conveyor.storage.http_source import classify_http, status_failure
+from conveyor.storage.options import RemoteOptions
+from conveyor.storage.ranged import Answer
+from conveyor.storage.retry import Failure
+
+__all__ = ["S3Source", "classify_s3", "s3_config_defaults"]
+
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
+_MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
+_RETRY_CODES = frozenset(
+    {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling"}
+)
+
+
+def s3_config_defaults(options: RemoteOptions) -> dict[str, Any]:
+    """botocore ``Config`` settings conveyor adds unless the user set them."""
+    return {
+        "connect_timeout": options.connect_timeout_s,
+        "read_timeout": options.read_timeout_s,
+        "retries": {"total_max_attempts": 1},
+    }
+
+
+def _client_error_failure(error: Any) -> Failure:
+    response: dict[str, Any] = getattr(error, "response", None) or {}
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) or None
+    code = str(response.get("Error", {}).get("Code", ""))
+    reason = f"HTTP {status} {code}" if status else code or str(error)
+    if code in _MISSING_CODES:
+        return Failure(reason, retryable=False, status=status, missing=True)
+    if code in _RETRY_CODES:
+        return Failure(reason, retryable=True, status=status)
+    if code == "PreconditionFailed":
+        status = 412
+    return status_failure(status, reason) if status else Failure(reason, retryable=False)
+
+
+def classify_s3(error: BaseException, options: RemoteOptions) -> Failure:
+    """botocore errors by status and code; connection-level ones as for HTTP."""
+    from botocore import exceptions  # type: ignore[import-untyped]
+
+    if isinstance(error, exceptions.ClientError):
+        return _client_error_failure(error)
+    if isinstance(error, exceptions.ConnectTimeoutError):
+        return Failure(f"no connection within {options.connect_timeout_s:g} s", retryable=True)
+    if isinstance(error, exceptions.ReadTimeoutError):
+        return Failure(f"no data within {options.read_timeout_s:g} s (timed out)", True)
+    if isinstance(error, exceptions.EndpointConnectionError):
+        cause = getattr(error, "kwargs", {}).get("error")
+        refused = "refused" in str(cause).lower() or isinstance(
+            getattr(cause, "os_error", None), ConnectionRefusedError
+        )
+        return Failure("connection refused" if refused else f"cannot connect: {error}", True)
+    if isinstance(error, exceptions.HTTPClientError | exceptions.IncompleteReadError):
+        return Failure(f"connection lost: {error}", retryable=True)
+    if isinstance(error, exceptions.BotoCoreError):  # credentials, parameters: final
+        return Failure(f"{type(error).__name__}: {error}", retryable=False)
+    return classify_http(error, options)
+
+
+class S3Source:
+    """One ``s3://bucket/key`` read by ranged ``GetObject`` calls through s3fs's ``fs``."""
+
+    def __init__(self, fs: Any, url: str, options: RemoteOptions) -> None:
+        self.fs = fs
+        self.url = url
+        self.options = options
+        self._bucket, self._key, self._version = fs.split_path(url)
+
+    def _sync(self, function: Any, *args: Any) -> Any:
+        from fsspec.asyn import sync
+
+        return sync(self.fs.loop, function, *args)
+
+    def request(self, start: int, end: int, etag: str | None) -> Answer:
+        answer: Answer = self._sync(self._request, start, end, etag)
+        return answer
+
+    async def _request(self, start: int, end: int, etag: str | None) -> Answer:
+        from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+        await self.fs.set_session()
+        client = await self.fs.get_s3(self._bucket)
+        asked: dict[str, Any] = {"Bucket": self._bucket, "Key": self._key}
+        asked["Range"] = f"bytes={start}-{end - 1}"
+        if self._version:
+            asked["VersionId"] = self._version
+        if etag is not None:
+            asked["IfMatch"] = etag
+        method = client.get_object
+        with contextlib.suppress(AttributeError):  # an s3fs without it: plain arguments
+            asked = self.fs._get_s3_method_kwargs(method, **asked)  # SSE-C keys, RequestPayer
+        try:
+            response = await method(**asked)
+        except ClientError as error:
+            status = (error.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 416:  # asked past the end
+                return Answer(None, start, start, start)
+            raise
+        match = _CONTENT_RANGE.match(str(response.get("ContentRange", "")))
+        length = response.get("ContentLength")
+        if match is not None:
+            first, last, total = match.groups()
+            size = None if total == "*" else int(total)
+            return Answer(response["Body"], int(first), int(last) + 1, size, response.get("ETag"))
+        return Answer(response["Body"], 0, length, length, response.get("ETag"))
+
+    def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+        if answer.handle is None:
+            return b"", None
+        result: tuple[bytes, BaseException | None] = self._sync(self._read, answer, at_least)
+        return result
+
+    @staticmethod
+    async def _read(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+        parts: list[bytes] = []
+        got = 0
+        try:
+            while got < at_least:
+                chunk = await answer.handle.read(at_least - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+        except Exception as error:  # returned with the bytes that did arrive
+            return b"".join(parts), error
+        return b"".join(parts), None
+
+    def release(self, answer: Answer) -> None:
+        if answer.handle is not None:
+            self._sync(self._release, answer.handle)
+
+    @staticmethod
+    async def _release(body: Any) -> None:
+        raw = getattr(body, "raw_stream", None)
+        if raw is not None and hasattr(raw, "release"):
+            raw.release()  # keeps the connection when the body was read to its end
+        else:
+            body.close()
+
+    def classify(self, error: BaseException) -> Failure:
+        return classify_s3(error, self.options)
