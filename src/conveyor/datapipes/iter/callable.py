@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 
-__all__ = ["Collator", "FlatMapper", "Mapper"]
+__all__ = ["Collator", "CollatorIterDataPipe", "FlatMapper", "Mapper", "MapperIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -150,3 +150,8 @@ class _FlatMapperCursor(SourceCursor[Any]):
 
     def extra_state(self) -> StateDict:
         return {"pending": list(self._pending)}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+MapperIterDataPipe = Mapper
+CollatorIterDataPipe = Collator

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 
-__all__ = ["Filter", "Header"]
+__all__ = ["Filter", "FilterIterDataPipe", "Header"]
 
 T = TypeVar("T")
 
@@ -92,3 +92,7 @@ class _HeaderCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"count": self._count}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+FilterIterDataPipe = Filter

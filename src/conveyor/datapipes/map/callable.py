@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from conveyor.datapipes.base import MapDataPipe
 
-__all__ = ["Mapper"]
+__all__ = ["Mapper", "MapperMapDataPipe"]
 
 U = TypeVar("U")
 
@@ -31,3 +31,7 @@ class Mapper(MapDataPipe[U]):
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+MapperMapDataPipe = Mapper
