@@ -14,6 +14,7 @@ from conveyor.datapipes.base import (
     StateDict,
     as_iter_pipe,
 )
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
 __all__ = [
     "Batcher",
@@ -153,6 +154,7 @@ class Grouper(IterDataPipe[Any]):
         drop_remaining: bool = False,
     ) -> None:
         self.datapipe = as_iter_pipe(datapipe, type(self).__name__)
+        _check_unpickable_fn(group_key_fn)
         self.group_key_fn = group_key_fn
         self.keep_key = keep_key
         self.max_buffer_size = buffer_size

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
 __all__ = ["Mapper", "MapperMapDataPipe"]
 
@@ -23,6 +24,7 @@ class Mapper(MapDataPipe[U]):
     """
 
     def __init__(self, datapipe: MapDataPipe[Any], fn: Callable[[Any], U] = _identity) -> None:
+        _check_unpickable_fn(fn)
         self.datapipe = datapipe
         self.fn = fn
 
