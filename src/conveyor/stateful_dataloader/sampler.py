@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sized
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
 from conveyor import sampler as plain
 from conveyor.distributed import DistributedSampler
-from conveyor.state.protocol import has_state
+from conveyor.state.protocol import Stateful, has_state
 
 T = TypeVar("T")
 
@@ -79,8 +79,8 @@ class RandomSampler(plain.RandomSampler, _Counted):
         self.generator_state = generator.get_state()
 
     def _epoch_generator(self) -> torch.Generator:
-        assert self.generator is not None
-        return self.generator
+        generator: torch.Generator = self.generator
+        return generator
 
     def __iter__(self) -> Iterator[int]:
         assert self.generator is not None
@@ -128,7 +128,7 @@ class BatchSampler(plain.BatchSampler):
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {self._SAMPLES_YIELDED: self.samples_yielded}
         if has_state(self.sampler):
-            state[self._SAMPLER_STATE] = self.sampler.state_dict()  # type: ignore[attr-defined]
+            state[self._SAMPLER_STATE] = cast(Stateful, self.sampler).state_dict()
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -136,7 +136,7 @@ class BatchSampler(plain.BatchSampler):
             raise ValueError(f"Invalid state_dict: no {self._SAMPLES_YIELDED!r}")
         inner = state_dict.get(self._SAMPLER_STATE)
         if inner is not None and has_state(self.sampler):
-            self.sampler.load_state_dict(inner)  # type: ignore[attr-defined]
+            cast(Stateful, self.sampler).load_state_dict(inner)
         self._resume_samples = int(state_dict[self._SAMPLES_YIELDED])
 
 
