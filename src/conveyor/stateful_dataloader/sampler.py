@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 __all__ = ["BatchSampler", "RandomSampler", "StatefulDistributedSampler"]
 
+_REPLACEMENT_DRAW = 32  # torchdata draws indices with replacement 32 at a time
+
 
 class _Counted:
     """``yielded`` / ``next_yielded`` bookkeeping shared by the stateful samplers."""
@@ -78,15 +80,32 @@ class RandomSampler(plain.RandomSampler, _Counted):
         self.next_yielded = None
         self.generator_state = generator.get_state()
 
-    def _epoch_generator(self) -> torch.Generator:
-        generator: torch.Generator = self.generator
-        return generator
+    def _chunks(self) -> Iterator[list[int]]:
+        """torchdata's draws: a permutation (or 32 draws with replacement) each time the
+        last one runs out, and none beyond the epoch's end (torch draws one more)."""
+        n = len(self.data_source)
+        if n == 0:
+            raise ValueError("RandomSampler cannot draw num_samples from an empty data_source")
+        generator = self.generator
+        left = self.num_samples
+        while left > 0:
+            if self.replacement:
+                drawn = torch.randint(
+                    n, (_REPLACEMENT_DRAW,), dtype=torch.int64, generator=generator
+                )
+            else:
+                drawn = torch.randperm(n, generator=generator)
+            chunk: list[int] = drawn[:left].tolist()
+            left -= len(chunk)
+            yield chunk
 
     def __iter__(self) -> Iterator[int]:
         assert self.generator is not None
         skip = self._start()
         self.generator_state = self.generator.get_state()
-        return self._counting(super().__iter__(), skip)
+        chunks = self._chunks()
+        first = next(chunks, [])  # drawn now, as torchdata draws at iter(): same stream order
+        return self._counting(itertools.chain(first, itertools.chain.from_iterable(chunks)), skip)
 
     def state_dict(self) -> dict[str, Any]:
         return {self._YIELDED: self.yielded, self._GENERATOR: self.generator_state}
@@ -95,7 +114,9 @@ class RandomSampler(plain.RandomSampler, _Counted):
         _check_yielded(state_dict, self._YIELDED)
         assert self.generator is not None
         saved = state_dict[self._GENERATOR]
-        self.generator.set_state(saved if isinstance(saved, torch.Tensor) else torch.tensor(saved))
+        if not isinstance(saved, torch.Tensor):
+            saved = torch.tensor(saved, dtype=torch.uint8)
+        self.generator.set_state(saved)
         self.next_yielded = int(state_dict[self._YIELDED])
 
 
