@@ -51,6 +51,7 @@ class StatefulDataLoader(DataLoader[T_co]):
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
+        self._held_iterator: Any = None
         given = _SIGNATURE.bind(self, dataset, *args, **kwargs).arguments
         if given.get("sampler") is None and given.get("batch_sampler") is None:
             self._use_stateful_samplers(dataset, given.get("generator"))
@@ -66,6 +67,15 @@ class StatefulDataLoader(DataLoader[T_co]):
             assert self.batch_size is not None
             stateful = BatchSampler(self.sampler, self.batch_size, self.drop_last)
             object.__setattr__(self, "batch_sampler", stateful)
+
+    def __iter__(self) -> Any:
+        """As torchdata's loader, hold the epoch's iterator: ``state_dict()`` after leaving
+        the loop (``break``) describes where the user stopped. The previous epoch's iterator
+        is released (and its workers stopped) when the next one starts."""
+        self._held_iterator = None
+        iterator = super().__iter__()
+        self._held_iterator = iterator
+        return iterator
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """torchdata's layout, JSON-serialisable; conveyor's exact state under "_conveyor"."""
