@@ -9,10 +9,13 @@
 #   They are never copied into this repository. Results go to DIR/results/ (JUnit XML per
 #   file and run) and the table is printed. The tests need packages conveyor does not:
 #   a virtual environment is made in ${CONFORMANCE_VENV:-DIR/.venv} with torch (pinned by
-#   constraints.txt), torchdata 0.11, expecttest, parameterized and conveyor itself.
+#   constraints.txt), torchdata 0.11, expecttest, parameterized and conveyor itself, and a
+#   second one (DIR/.venv-hf) that adds Hugging Face datasets for test_hugging_face.py only:
+#   datasets brings pandas and dill, which switch on other code paths in test_datapipe.py.
 #   CONFORMANCE_ONLY="test_datapipe.py ..." limits the run to some files;
 #   CONFORMANCE_SIDES="conveyor" reruns one side and keeps the other side's last results;
-#   CONVEYOR_SRC=/path/to/src measures another conveyor checkout (e.g. an older commit).
+#   CONVEYOR_SRC=/path/to/src measures another conveyor checkout (e.g. an older commit);
+#   CONFORMANCE_RESULTS=DIR2 keeps results apart (default DIR/results).
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -d "$1/test" ]; then
     echo "usage: $0 DIR  (DIR/test/test_dataloader.py, DIR/test/stateful_dataloader/, ...)" >&2
@@ -25,16 +28,22 @@ venv="${CONFORMANCE_VENV:-$dir/.venv}"
 py="${PYTHON:-python3.11}"
 command -v "$py" >/dev/null 2>&1 || py=python3
 
-if [ ! -x "$venv/bin/python" ]; then
-    "$py" -m venv "$venv"
-fi
-if ! "$venv/bin/python" -c "import torchdata, expecttest, parameterized, conveyor" 2>/dev/null; then
-    "$venv/bin/pip" install --quiet -c "$root/constraints.txt" torch==2.13.0 torchdata==0.11.0 \
-        expecttest parameterized pytest pytest-timeout psutil numpy 2>&1 | grep -v '^WARNING' || true
-    "$venv/bin/pip" install --quiet --no-deps -e "$root" 2>&1 | grep -v '^WARNING' || true
-fi
+hf_venv="${CONFORMANCE_HF_VENV:-$dir/.venv-hf}"
+make_venv() {  # make_venv DIR [EXTRA_PACKAGE...]
+    local where="$1"
+    shift
+    [ -x "$where/bin/python" ] || "$py" -m venv "$where"
+    if ! "$where/bin/python" -c "import torchdata, expecttest, parameterized, conveyor" \
+        2>/dev/null || { [ $# -gt 0 ] && ! "$where/bin/python" -c "import $1" 2>/dev/null; }; then
+        "$where/bin/pip" install --quiet -c "$root/constraints.txt" torch==2.13.0 \
+            torchdata==0.11.0 expecttest parameterized pytest pytest-timeout psutil numpy "$@" \
+            2>&1 | grep -v '^WARNING' || true
+        "$where/bin/pip" install --quiet --no-deps -e "$root" 2>&1 | grep -v '^WARNING' || true
+    fi
+}
+make_venv "$venv"
 
-work="$dir/results"
+work="${CONFORMANCE_RESULTS:-$dir/results}"
 sides="${CONFORMANCE_SIDES:-torch conveyor}"
 mkdir -p "$work"
 for side in $sides; do
@@ -66,12 +75,17 @@ done
 for side in $sides; do
     for f in "${files[@]}"; do
         name="$(echo "$f" | tr '/' '_')"
+        python="$venv/bin/python"
+        if [ "$(basename "$f")" = test_hugging_face.py ]; then
+            make_venv "$hf_venv" datasets
+            python="$hf_venv/bin/python"
+        fi
         echo "== $side: $f" >&2
         rm -f "$work/$side-$name.xml" "$work/$side-$name.log"
         (
             cd "$work/$side/$(dirname "$f")"
             # unittest-style files; pytest only collects and reports them. Each test is bounded.
-            timeout "${CONFORMANCE_FILE_TIMEOUT_S:-3600}" nice -n 10 "$venv/bin/python" -m pytest \
+            timeout "${CONFORMANCE_FILE_TIMEOUT_S:-3600}" nice -n 10 "$python" -m pytest \
                 "$(basename "$f")" -q -p no:cacheprovider -o addopts="" \
                 --timeout="${CONFORMANCE_TEST_TIMEOUT_S:-300}" \
                 --junitxml="$work/$side-$name.xml" "$@" >"$work/$side-$name.log" 2>&1
