@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch.utils.data as tud
 import torch.utils.data.distributed as tud_distributed
 
 import conveyor
+import conveyor._utils
 import conveyor.distributed
 import conveyor.stateful_dataloader
 import conveyor.stateful_dataloader.sampler as stateful_sampler
@@ -121,3 +123,43 @@ def test_dataset_add_gives_conveyor_composites() -> None:
     assert type(_Squares() + _Squares()) is conveyor.ConcatDataset
     assert type(_Stream() + _Stream()) is conveyor.ChainDataset
     assert inspect.getmodule(conveyor.Dataset.__add__) is conveyor.dataset
+
+
+class _Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def _collate_points(batch: list[_Point], *, collate_fn_map: Any = None) -> torch.Tensor:
+    return torch.tensor([point.x for point in batch]) * 10
+
+
+def test_types_registered_in_torchs_collate_map_are_honoured() -> None:
+    import torch.utils.data._utils.collate as torch_collate
+
+    torch_collate.default_collate_fn_map[_Point] = _collate_points
+    try:
+        batch = [{"p": _Point(1)}, {"p": _Point(2)}]
+        assert conveyor.default_collate(batch)["p"].tolist() == [10, 20]
+        assert tud.default_collate(batch)["p"].tolist() == [10, 20]
+        assert (
+            conveyor._utils.collate.default_collate_fn_map
+            is conveyor.collate.default_collate_fn_map
+        )
+    finally:
+        del torch_collate.default_collate_fn_map[_Point]
+    with pytest.raises(TypeError):
+        conveyor.default_collate([_Point(1)])
+
+
+def test_private_paths_frameworks_reach_into() -> None:
+    import os
+
+    import conveyor.dataloader
+    from conveyor.datapipes.iter.combinatorics import ShufflerIterDataPipe
+
+    assert conveyor.dataloader.os is os  # tests patch conveyor.dataloader.os.cpu_count
+    assert conveyor._utils.MP_STATUS_CHECK_INTERVAL == 5.0
+    shuffler = conveyor.datapipes.iter.IterableWrapper(range(3)).shuffle()
+    assert isinstance(shuffler, ShufflerIterDataPipe)
+    assert conveyor.dataloader._DatasetKind.Iterable == tud.dataloader._DatasetKind.Iterable
