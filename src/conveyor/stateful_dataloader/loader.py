@@ -38,7 +38,7 @@ class StatefulDataLoader(DataLoader[T_co]):
     ``load_state_dict()`` takes conveyor's states (honouring an adjusted
     ``_num_yielded``) and torchdata 0.11's for map-style datasets: a run started with
     torchdata continues here with the same batches. Differences:
-        snapshot_every_n_steps: accepted and validated, but every step is exact here.
+        snapshot_every_n_steps: accepted and validated (0 too), but every step is exact.
         A torchdata checkpoint of an iterable-style dataset is refused (`ValueError`):
             its worker states are torchdata's private format.
     """
@@ -50,7 +50,10 @@ class StatefulDataLoader(DataLoader[T_co]):
         snapshot_every_n_steps: int | None = 1,
         **kwargs: Any,
     ) -> None:
-        super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
+        # torchdata takes 0 ("snapshot only when asked"); every step is exact here anyway.
+        steps = None if snapshot_every_n_steps == 0 else snapshot_every_n_steps
+        super().__init__(dataset, *args, snapshot_every_n_steps=steps, **kwargs)
+        self.snapshot_every_n_steps = snapshot_every_n_steps
         self._held_iterator: Any = None
         given = _SIGNATURE.bind(self, dataset, *args, **kwargs).arguments
         if given.get("sampler") is None and given.get("batch_sampler") is None:
