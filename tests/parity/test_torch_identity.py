@@ -162,4 +162,7 @@ def test_private_paths_frameworks_reach_into() -> None:
     assert conveyor._utils.MP_STATUS_CHECK_INTERVAL == 5.0
     shuffler = conveyor.datapipes.iter.IterableWrapper(range(3)).shuffle()
     assert isinstance(shuffler, ShufflerIterDataPipe)
+    assert shuffler._shuffle_enabled is True
+    shuffler._shuffle_enabled = False  # accelerate's dispatcher reads and sets it
+    assert list(shuffler) == [0, 1, 2]
     assert conveyor.dataloader._DatasetKind.Iterable == tud.dataloader._DatasetKind.Iterable
