@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -65,6 +66,10 @@ class _SplitStream(conveyor.IterableDataset[torch.Tensor]):
 
 def _epoch(dataset: Any, worker_type: str, record: str) -> list[int]:
     recorder = _Recorder(record)
+    # torch's own DataLoader (used as the oracle by other tests in this process) leaves a
+    # process-wide SIGCHLD handler behind, which would run when conveyor's workers exit; a
+    # process that only uses conveyor never has it.
+    previous_sigchld = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     threading.setprofile(recorder)
     sys.setprofile(recorder)
     try:
@@ -83,6 +88,7 @@ def _epoch(dataset: Any, worker_type: str, record: str) -> list[int]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
+        signal.signal(signal.SIGCHLD, previous_sigchld)
     return seen
 
 
