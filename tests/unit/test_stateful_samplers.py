@@ -101,7 +101,9 @@ def test_torchdata_state_layout_and_attributes() -> None:
 
 def test_stateful_dataloader_constructor_and_resume() -> None:
     with pytest.raises(ValueError, match="snapshot_every_n_steps"):
-        StatefulDataLoader(list(range(4)), snapshot_every_n_steps=0)
+        StatefulDataLoader(list(range(4)), snapshot_every_n_steps=-1)
+    # torchdata takes 0 ("only when asked"); every step is exact here anyway
+    assert StatefulDataLoader(list(range(4)), snapshot_every_n_steps=0).snapshot_every_n_steps == 0
 
     def make() -> StatefulDataLoader[int]:
         return StatefulDataLoader(
