@@ -95,7 +95,7 @@ def publish_worker_info(info: object | None) -> None:
     _torch_worker._worker_info = info  # type: ignore[assignment]
 
 
-_seen_registry: tuple[tuple[Any, Callable[..., Any]], ...] = ()
+_seen_registry: dict[Any, Callable[..., Any]] = {}
 _seen_user_fns: dict[Any, Callable[..., Any]] = {}
 
 
@@ -103,16 +103,16 @@ def user_collate_fns() -> Mapping[Any, Callable[..., Any]]:
     """Entries users put in torch's ``default_collate_fn_map``: new types, or torch's types
     given another function. torch's own functions are left out (conveyor has its own).
 
-    Reads torch's dict on every call (it may change at any time); a changed dict costs one
-    scan, an unchanged one a tuple comparison.
+    Reads torch's dict on every call (it may change at any time): an unchanged dict costs
+    one dict comparison (~0.25 us), a changed one a scan.
     """
     global _seen_registry, _seen_user_fns
-    current = tuple(_torch_collate.default_collate_fn_map.items())
+    current = _torch_collate.default_collate_fn_map
     if current != _seen_registry:
         _seen_user_fns = {
             key: fn
-            for key, fn in current
+            for key, fn in current.items()
             if not str(getattr(fn, "__module__", "")).startswith(_TORCH_MODULE_PREFIX)
         }
-        _seen_registry = current
+        _seen_registry = dict(current)
     return _seen_user_fns
