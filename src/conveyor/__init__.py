@@ -8,6 +8,14 @@ working after replacing ``torch.utils.data`` with ``conveyor``.
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
 from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
+from conveyor.datapipes._decorator import (
+    argument_validation,
+    guaranteed_datapipes_determinism,
+    non_deterministic,
+    runtime_validation,
+    runtime_validation_disabled,
+)
+from conveyor.datapipes.dataframe import DFIterDataPipe
 from conveyor.datapipes.iter.shards import TarShards
 from conveyor.dataset import (
     ChainDataset,
@@ -30,6 +38,7 @@ from conveyor.sampler import (
     WeightedRandomSampler,
 )
 from conveyor.string_table import StringTable
+from conveyor.torch_compat import DatasetKind as _DatasetKind
 
 __version__ = "0.1.0"
 
@@ -37,6 +46,7 @@ __all__ = [
     "BatchSampler",
     "ChainDataset",
     "ConcatDataset",
+    "DFIterDataPipe",
     "DataChunk",
     "DataLoader",
     "Dataset",
@@ -55,9 +65,15 @@ __all__ = [
     "TensorDataset",
     "WeightedRandomSampler",
     "WorkerInfo",
+    "_DatasetKind",
+    "argument_validation",
     "default_collate",
     "default_convert",
     "functional_datapipe",
     "get_worker_info",
+    "guaranteed_datapipes_determinism",
+    "non_deterministic",
     "random_split",
+    "runtime_validation",
+    "runtime_validation_disabled",
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
+import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing.context import BaseContext
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -39,7 +40,8 @@ from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSam
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.string_table import warn_copy_on_read
-from conveyor.torch_compat import is_iterable_style
+from conveyor.torch_compat import DatasetKind as _DatasetKind
+from conveyor.torch_compat import TorchDataLoader, is_iterable_style
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
@@ -58,8 +60,8 @@ class _InfiniteConstantSampler(Sampler[None]):
             yield None
 
 
-class DataLoader(Generic[T_co]):
-    """Same as `torch.utils.data.DataLoader`.
+class DataLoader(TorchDataLoader[T_co]):
+    """Same as `torch.utils.data.DataLoader`, and a subclass of it (none of its code runs).
 
     Differences (additions only):
         worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
@@ -237,7 +239,7 @@ class DataLoader(Generic[T_co]):
             raise ValueError(
                 f"{name} attribute should not be set after {type(self).__name__} is initialized"
             )
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)  # not torch's __setattr__
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""
@@ -252,6 +254,11 @@ class DataLoader(Generic[T_co]):
     @property
     def _index_sampler(self) -> Iterable[Any]:
         return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    @property
+    def _dataset_kind(self) -> int:
+        """torch's ``_DatasetKind.Map`` (0) or ``_DatasetKind.Iterable`` (1)."""
+        return _DatasetKind.Iterable if self._iterable_style else _DatasetKind.Map
 
     def _plan(self) -> LoadPlan:
         workers = None

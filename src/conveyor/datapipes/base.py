@@ -129,6 +129,7 @@ class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co], _Registry):
     _pending: StateDict | None = None
     _parked: StateDict | None = None
     _iterator_id: int = 0
+    _number_of_samples_yielded: int = 0  # items the current iterator returned (torch's name)
 
     # ----- authoring hooks ------------------------------------------------------------
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -159,6 +160,7 @@ class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co], _Registry):
         else:
             self._drop_cursor()
         self._iterator_id += 1
+        self._number_of_samples_yielded = 0
         return BlockingIterator(self, self._iterator_id)
 
     def nonblocking_next(self) -> T_co:

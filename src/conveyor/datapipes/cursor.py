@@ -156,10 +156,13 @@ class BlockingIterator(Iterator[T_co]):
         attempt = 0
         while True:
             try:
-                return pipe.nonblocking_next()
+                item = pipe.nonblocking_next()
             except NotAvailable as pending:
                 pending.wait(_WAIT_SLICE_S, attempt)
                 attempt += 1
+                continue
+            pipe._number_of_samples_yielded += 1  # torch's count for this iterator
+            return item
 
     def close(self) -> None:
         """Close the pipe's run (threads, processes) if this is still its iterator."""

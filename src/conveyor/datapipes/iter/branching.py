@@ -25,6 +25,7 @@ from conveyor.datapipes.base import (
     check_version,
     sub_state,
 )
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 from conveyor.engine.channel import new_lock
 
 __all__ = ["Branch", "Demultiplexer", "Forker", "detach_branches"]
@@ -57,6 +58,11 @@ class _Splitter(IterDataPipe[Any]):
 
     def datapipe_inputs(self) -> list[DataPipe]:
         return [self.datapipe]
+
+    @property
+    def main_datapipe(self) -> IterDataPipe[Any]:
+        """The input (torch's name for it)."""
+        return self.datapipe
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -255,6 +261,7 @@ class Demultiplexer(_Splitter):
         drop_none: bool = False,
         buffer_size: int = 1000,
     ) -> None:
+        _check_unpickable_fn(classifier_fn)
         self.classifier_fn = classifier_fn
         self.drop_none = drop_none
         super().__init__(datapipe, num_instances, buffer_size)
@@ -359,6 +366,11 @@ class Branch(IterDataPipe[T]):
     def __init__(self, splitter: _Splitter, instance_id: int) -> None:
         self.splitter = splitter
         self.instance_id = instance_id
+
+    @property
+    def main_datapipe(self) -> _Splitter:
+        """The shared splitter (torch's name for it)."""
+        return self.splitter
 
     def _make_cursor(self, state: StateDict | None) -> Cursor[T]:
         return _BranchCursor(self, state)

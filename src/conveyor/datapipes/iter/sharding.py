@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
 
-__all__ = ["SHARDING_PRIORITIES", "ShardingFilter"]
+__all__ = ["SHARDING_PRIORITIES", "ShardingFilter", "ShardingFilterIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -112,3 +112,7 @@ class _ShardingCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"position": self._position}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ShardingFilterIterDataPipe = ShardingFilter

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
-__all__ = ["Shuffler"]
+__all__ = ["Shuffler", "ShufflerIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -72,3 +72,7 @@ class _PermutationCursor(Cursor[T]):
 
     def state(self) -> StateDict:
         return {"version": 1, "seed": self._seed, "position": self._position}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ShufflerIterDataPipe = Shuffler  # torch's map shuffle is iterable-style too

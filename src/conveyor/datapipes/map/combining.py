@@ -7,7 +7,7 @@ from typing import Any
 
 from conveyor.datapipes.base import MapDataPipe
 
-__all__ = ["Concater", "Zipper"]
+__all__ = ["Concater", "ConcaterMapDataPipe", "Zipper", "ZipperMapDataPipe"]
 
 
 def _check(datapipes: tuple[Any, ...]) -> None:
@@ -65,3 +65,8 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     def __len__(self) -> int:
         return min(len(dp) for dp in self.datapipes)  # type: ignore[arg-type]
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ConcaterMapDataPipe = Concater
+ZipperMapDataPipe = Zipper

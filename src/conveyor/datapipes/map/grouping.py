@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from conveyor.datapipes.base import DataChunk, MapDataPipe
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "BatcherMapDataPipe"]
 
 T = TypeVar("T")
 
@@ -51,3 +51,7 @@ class Batcher(MapDataPipe[DataChunk[T]]):
                 return size // self.batch_size
             return (size + self.batch_size - 1) // self.batch_size
         raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+BatcherMapDataPipe = Batcher
