@@ -11,7 +11,9 @@ import sys
 from multiprocessing import connection
 from typing import Any
 
-from conveyor.engine.worker_loop import WorkerSetup, run_worker
+from conveyor.collate import set_output_allocator
+from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.worker_loop import run_worker
 from conveyor.transport.options import SlabConfig
 from conveyor.transport.worker_end import WorkerEnd, WorkerStop
 
@@ -102,8 +104,10 @@ def process_worker_main(
             run_worker(setup, worker_id, receive, outbox.send)
         return
     end = WorkerEnd(slabs, worker_id, receive, outbox.send_bytes)
+    previous = set_output_allocator(end.allocate)  # collate stacks straight into slabs
     try:
         with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
             run_worker(setup, worker_id, end.receive, end.send)
     finally:
+        set_output_allocator(previous)
         end.close()
