@@ -26,8 +26,9 @@ from typing import Any
 
 from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.pool import WorkerDiedError
+from conveyor.engine.shutdown import describe_exit, stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.engine.worker_process import ANY_PARENT, describe_exit, process_worker_main
+from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
 from conveyor.engine.zygote import SetupRef, Zygote
 from conveyor.transport.main_end import SKIP, MainEnd
 from conveyor.transport.options import SlabOptions
@@ -220,17 +221,7 @@ class ProcessPool:
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for process in self._processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self._processes:
-            if process.exitcode is None:
-                process.terminate()
-        for process in self._processes:
-            process.join(timeout=JOIN_TIMEOUT_S)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
+        stop_processes(self._processes, JOIN_TIMEOUT_S)
         for conn in self._inboxes + self._outboxes:
             conn.close()
         for process in self._processes:

@@ -26,18 +26,6 @@ ANY_PARENT = -1
 PARENT_CHECK_INTERVAL_S = 0.5
 
 
-def describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "is not responding"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        return f"was killed by signal {-exitcode} ({name})"
-    return f"exited with code {exitcode}"
-
-
 def exit_with_parent(parent_pid: int) -> None:
     """End this worker as soon as the main process dies, even inside slow user code.
 

@@ -31,6 +31,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from conveyor.engine.seeding import EpochSeeds
+from conveyor.engine.shutdown import stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
@@ -306,9 +307,6 @@ class Zygote:
 def _stop_zygote(control: connection.Connection, process: Any) -> None:
     with contextlib.suppress(OSError):
         control.send(None)
-    process.join(timeout=JOIN_TIMEOUT_S)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
+    stop_processes([process], JOIN_TIMEOUT_S)
     control.close()
     process.close()
