@@ -14,8 +14,8 @@ import torch
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
+from conveyor.datapipes.settings import apply_shuffle_settings
 from conveyor.engine.options import DataOptions
-from conveyor.graph_settings import apply_shuffle_settings
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 __all__ = ["InfiniteConstantSampler", "resolve_sampling"]

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 
 __all__ = ["Collator", "FlatMapper", "Mapper"]
@@ -150,3 +151,8 @@ class _FlatMapperCursor(SourceCursor[Any]):
 
     def extra_state(self) -> StateDict:
         return {"pending": list(self._pending)}
+
+
+register_op("iter.map", Mapper)
+register_op("iter.flatmap", FlatMapper)
+register_op("iter.collate", Collator)

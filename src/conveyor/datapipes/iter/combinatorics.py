@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["Shuffler"]
@@ -101,3 +102,6 @@ class _ShufflerCursor(SourceCursor[T]):
             "buffer": list(self._buffer),
             "done": self._done,
         }
+
+
+register_op("iter.shuffle", Shuffler)

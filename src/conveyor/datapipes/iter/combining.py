@@ -13,6 +13,7 @@ from conveyor.datapipes.base import (
     StateDict,
     check_version,
 )
+from conveyor.datapipes.functional import register_op
 from conveyor.engine.channel import Doorbell
 
 __all__ = ["Concater", "GreedyJoiner", "Multiplexer", "Zipper"]
@@ -219,3 +220,9 @@ class GreedyJoiner(_Combiner):
 
     def __len__(self) -> int:
         return sum(_lengths(self.datapipes, type(self).__name__))
+
+
+register_op("iter.concat", Concater)
+register_op("iter.zip", Zipper)
+register_op("iter.mux", Multiplexer)
+register_op("iter.greedy_join", GreedyJoiner)

@@ -14,6 +14,7 @@ from conveyor.datapipes.base import (
     StateDict,
     as_iter_pipe,
 )
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Batcher", "Grouper", "UnBatcher"]
 
@@ -228,3 +229,8 @@ class _GrouperCursor(SourceCursor[Any]):
             "out": list(self._out),
             "done": self._done,
         }
+
+
+register_op("iter.batch", Batcher)
+register_op("iter.unbatch", UnBatcher)
+register_op("iter.groupby", Grouper)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 
 __all__ = ["Filter", "Header"]
@@ -92,3 +93,7 @@ class _HeaderCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"count": self._count}
+
+
+register_op("iter.filter", Filter)
+register_op("iter.header", Header)

@@ -7,6 +7,7 @@ from enum import IntEnum
 from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["SHARDING_PRIORITIES", "ShardingFilter"]
 
@@ -127,3 +128,6 @@ class _ShardingCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"position": self._position}
+
+
+register_op("iter.sharding_filter", ShardingFilter)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Mapper"]
 
@@ -31,3 +32,6 @@ class Mapper(MapDataPipe[U]):
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]
+
+
+register_op("map.map", Mapper)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["Shuffler"]
@@ -72,3 +73,6 @@ class _PermutationCursor(Cursor[T]):
 
     def state(self) -> StateDict:
         return {"version": 1, "seed": self._seed, "position": self._position}
+
+
+register_op("map.shuffle", Shuffler)

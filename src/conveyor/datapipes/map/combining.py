@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import Any
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Concater", "Zipper"]
 
@@ -65,3 +66,7 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     def __len__(self) -> int:
         return min(len(dp) for dp in self.datapipes)  # type: ignore[arg-type]
+
+
+register_op("map.concat", Concater)
+register_op("map.zip", Zipper)

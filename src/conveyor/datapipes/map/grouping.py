@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import DataChunk, MapDataPipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Batcher"]
 
@@ -51,3 +52,6 @@ class Batcher(MapDataPipe[DataChunk[T]]):
                 return size // self.batch_size
             return (size + self.batch_size - 1) // self.batch_size
         raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
+
+
+register_op("map.batch", Batcher)
