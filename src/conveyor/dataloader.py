@@ -6,7 +6,7 @@ import functools
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import torch
 
@@ -23,16 +23,18 @@ from conveyor.engine.plan import EpochHooks, LoadPlan
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
-from conveyor.engine.worker_kind import WorkerOptions, check_worker_args, resolve_context
+from conveyor.engine.worker_kind import (
+    MultiprocessingContext,
+    WorkerOptions,
+    check_worker_args,
+    resolve_context,
+)
 from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
 from conveyor.loader_args import resolve_sampling
 from conveyor.sampler import Sampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import is_iterable_style
-
-if TYPE_CHECKING:
-    from multiprocessing.context import BaseContext
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
@@ -133,7 +135,7 @@ class DataLoader(Generic[T_co]):
         drop_last: bool = False,
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
-        multiprocessing_context: str | BaseContext | None = None,
+        multiprocessing_context: str | MultiprocessingContext | None = None,
         generator: torch.Generator | None = None,
         *,
         prefetch_factor: int | None = None,
@@ -197,11 +199,11 @@ class DataLoader(Generic[T_co]):
 
     # ------------------------------------------------------------ attributes
     @property
-    def multiprocessing_context(self) -> BaseContext | None:
+    def multiprocessing_context(self) -> MultiprocessingContext | None:
         return self._options.workers.multiprocessing_context
 
     @multiprocessing_context.setter
-    def multiprocessing_context(self, context: str | BaseContext | None) -> None:
+    def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
         resolved = resolve_context(context, self.num_workers)
         self._options = self._options.replace("workers", multiprocessing_context=resolved)
 

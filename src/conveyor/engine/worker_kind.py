@@ -22,6 +22,7 @@ from conveyor.state.loader_state import StreamResume
 from conveyor.transport.options import SlabOptions
 
 __all__ = [
+    "MultiprocessingContext",
     "Pin",
     "WorkerKind",
     "WorkerOptions",
@@ -32,6 +33,9 @@ __all__ = [
 
 Pin = Callable[[Any], Any]
 """Copies a batch into pinned memory."""
+
+MultiprocessingContext = BaseContext
+"""What ``multiprocessing_context`` resolves to (for modules that may not import it)."""
 
 
 _NEGATIVE_WORKERS = (
