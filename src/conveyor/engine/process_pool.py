@@ -166,8 +166,11 @@ class ProcessPool:
                 message = self._link.decode(i, frame)
                 if message is not SKIP:
                     results.append((i, message))
+        answered = {i for i, _ in results}
         for i in exited:
-            if not self._outboxes[i].poll():  # its last results are read first
+            # its last results are delivered first: a worker that answered in this call is
+            # checked again at the next one (its sentinel stays ready)
+            if i not in answered and not self._outboxes[i].poll():
                 self._raise_if_dead(i, wait_s=0.0)
         return results
 
