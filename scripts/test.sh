@@ -7,4 +7,5 @@ cd "$root"
 "$venv/bin/ruff" check src tests benchmarks
 "$venv/bin/ruff" format --check src tests benchmarks
 "$venv/bin/mypy"
+"$venv/bin/lint-imports" --no-cache
 "$venv/bin/python" -m pytest "$@"

@@ -51,9 +51,7 @@ class StatefulDataLoader(DataLoader[T_co]):
         **kwargs: Any,
     ) -> None:
         # torchdata takes 0 ("snapshot only when asked"); every step is exact here anyway.
-        steps = None if snapshot_every_n_steps == 0 else snapshot_every_n_steps
-        super().__init__(dataset, *args, snapshot_every_n_steps=steps, **kwargs)
-        self.snapshot_every_n_steps = snapshot_every_n_steps
+        super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
         self._held_iterator: Any = None
         given = _SIGNATURE.bind(self, dataset, *args, **kwargs).arguments
         if given.get("sampler") is None and given.get("batch_sampler") is None:
@@ -61,7 +59,7 @@ class StatefulDataLoader(DataLoader[T_co]):
 
     def _use_stateful_samplers(self, dataset: Any, generator: Any) -> None:
         """torchdata's substitution, after torch's argument checks have passed."""
-        if self._iterable_style:
+        if self._options.data.iterable_style:
             return
         # The facade forbids setting these after __init__; this is still construction.
         if type(self.sampler) is plain.RandomSampler:

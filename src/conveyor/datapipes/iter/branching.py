@@ -25,6 +25,8 @@ from conveyor.datapipes.base import (
     check_version,
     sub_state,
 )
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.graph import iter_pipes
 from conveyor.datapipes.utils.common import _check_unpickable_fn
 from conveyor.engine.channel import new_lock
 
@@ -280,17 +282,10 @@ def detach_branches(subgraph: IterDataPipe[Any], inside: bool) -> None:
     """
     present: dict[int, set[int]] = {}
     splitters: dict[int, _Splitter] = {}
-    stack: list[Any] = [subgraph]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in iter_pipes(subgraph):
         if isinstance(node, Branch):
             splitters[id(node.splitter)] = node.splitter
             present.setdefault(id(node.splitter), set()).add(node.instance_id)
-        stack.extend(node.datapipe_inputs())
     for key, splitter in splitters.items():
         inside_ids = present[key]
         if len(inside_ids) == splitter.num_instances:
@@ -396,3 +391,7 @@ class _BranchCursor(Cursor[T]):
 
     def close(self) -> None:
         self._splitter._leave(self._id, self._run)
+
+
+register_op("iter.fork", Forker)
+register_op("iter.demux", Demultiplexer)

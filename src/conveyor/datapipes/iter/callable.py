@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 from conveyor.datapipes.utils.common import _check_unpickable_fn
 
@@ -157,3 +158,6 @@ class _FlatMapperCursor(SourceCursor[Any]):
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 MapperIterDataPipe = Mapper
 CollatorIterDataPipe = Collator
+register_op("iter.map", Mapper)
+register_op("iter.flatmap", FlatMapper)
+register_op("iter.collate", Collator)

@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.sampling import Sampler
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
@@ -107,3 +108,4 @@ class _ShufflerCursor(SourceCursor[T]):
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 ShufflerIterDataPipe = Shuffler
 SamplerIterDataPipe = Sampler
+register_op("iter.shuffle", Shuffler)

@@ -13,6 +13,7 @@ from conveyor.datapipes.base import (
     StateDict,
     check_version,
 )
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.branching import Demultiplexer, Forker
 from conveyor.engine.channel import Doorbell
 
@@ -238,3 +239,7 @@ ZipperIterDataPipe = Zipper
 MultiplexerIterDataPipe = Multiplexer
 ForkerIterDataPipe = Forker
 DemultiplexerIterDataPipe = Demultiplexer
+register_op("iter.concat", Concater)
+register_op("iter.zip", Zipper)
+register_op("iter.mux", Multiplexer)
+register_op("iter.greedy_join", GreedyJoiner)

@@ -14,6 +14,7 @@ from conveyor.datapipes.base import (
     StateDict,
     as_iter_pipe,
 )
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.utils.common import _check_unpickable_fn
 
 __all__ = [
@@ -261,3 +262,8 @@ def __getattr__(name: str) -> Any:
         )
         return SHARDING_PRIORITIES
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+register_op("iter.batch", Batcher)
+register_op("iter.unbatch", UnBatcher)
+register_op("iter.groupby", Grouper)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
 from conveyor.datapipes.utils.common import _check_unpickable_fn
 
@@ -98,3 +99,5 @@ class _HeaderCursor(SourceCursor[T]):
 
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 FilterIterDataPipe = Filter
+register_op("iter.filter", Filter)
+register_op("iter.header", Header)

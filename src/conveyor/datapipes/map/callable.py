@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.utils.common import _check_unpickable_fn
 
 __all__ = ["Mapper", "MapperMapDataPipe"]
@@ -37,3 +38,4 @@ class Mapper(MapDataPipe[U]):
 
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 MapperMapDataPipe = Mapper
+register_op("map.map", Mapper)

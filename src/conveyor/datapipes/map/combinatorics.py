@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["Shuffler", "ShufflerIterDataPipe"]
@@ -76,3 +77,4 @@ class _PermutationCursor(Cursor[T]):
 
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 ShufflerIterDataPipe = Shuffler  # torch's map shuffle is iterable-style too
+register_op("map.shuffle", Shuffler)

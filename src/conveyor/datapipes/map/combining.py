@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import Any
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Concater", "ConcaterMapDataPipe", "Zipper", "ZipperMapDataPipe"]
 
@@ -70,3 +71,5 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 ConcaterMapDataPipe = Concater
 ZipperMapDataPipe = Zipper
+register_op("map.concat", Concater)
+register_op("map.zip", Zipper)

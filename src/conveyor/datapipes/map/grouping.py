@@ -6,6 +6,7 @@ from collections.abc import Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import DataChunk, MapDataPipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Batcher", "BatcherMapDataPipe"]
 
@@ -55,3 +56,4 @@ class Batcher(MapDataPipe[DataChunk[T]]):
 
 # torch's class name at torch's module path (``torch.utils.data.datapipes...``).
 BatcherMapDataPipe = Batcher
+register_op("map.batch", Batcher)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from conveyor.datapipes._hook_iterator import _SnapshotState
-from conveyor.graph_settings import apply_random_seed
+from conveyor.datapipes.settings import apply_random_seed
 
 __all__ = ["_simple_graph_snapshot_restoration"]
 
