@@ -21,6 +21,10 @@ if ! pip $peers s3fs; then
         pip "$peer" s3fs || missing="$missing $peer"
     done
 fi
+# litdata and mosaicml-streaming pull torchvision, whose PyPI wheel links CUDA libraries that
+# torch's CPU build lacks ("operator torchvision::nms does not exist" at import). Neither
+# needs it for what S7 measures; s7_object_store.py stubs the two names streaming imports.
+"$V/bin/pip" uninstall -y -q torchvision 2>/dev/null || true
 "$V/bin/python" -c "import conveyor, torch; print('torch', torch.__version__)"
 [ -z "$missing" ] || echo "could not install:$missing" >&2
 echo "$V/bin/python"
