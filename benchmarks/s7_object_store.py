@@ -50,6 +50,7 @@ import torch.utils.data as torch_data
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "integration"))  # latency_proxy, remote_servers
 
 from latency_proxy import LinkSettings, ProxyProcess  # noqa: E402  (tests/integration)
 
