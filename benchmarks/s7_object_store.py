@@ -8,6 +8,9 @@ batch 64, 2 workers, interleaved repetitions (pipelines and RTTs rotate), median
 
   conveyor         TarShards from s3:// (s3fs) -> decode + crop in the workers
   conveyor-bytes   the same without decoding: raw JPEG bytes (the I/O path alone)
+  conveyor-ra      conveyor with storage/readahead.py (4 x 8 MiB ranged GETs in flight per
+                   shard, next shard hinted), wired from public pieces: the speed-up to merge
+  conveyor-ra-bytes  the same without decoding
   wds              webdataset.WebDataset over http:// shard URLs (curl) + torch DataLoader
   wds-bytes        the same without decoding
   s3torch          s3torchconnector S3IterableDataset (sharded over workers) -> tar -> decode
@@ -19,7 +22,7 @@ Streaming download whole chunks to a local cache first; that cache is emptied be
 run). Reported per pipeline and RTT: steady img/s and MB/s (JPEG bytes), img/s of the whole
 run, first batch seconds, CPU seconds per GB of JPEG bytes (user + system of this process
 and all its descendants, SeaweedFS and the proxies excluded), and ratios: against
-conveyor's own 0 ms and against the best peer at the same RTT.
+the same pipeline at 0 ms and against the best peer at the same RTT.
 
 Run with the venv of make-s7-venv.sh:
     ~/.cache/conveyor-s7/bin/python benchmarks/s7_object_store.py --reps 3
@@ -119,6 +122,47 @@ def p_conveyor(spec: Spec) -> Iterable[Any]:
     return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
 
 
+class OpenAhead:
+    """Picklable shard URL -> (URL, read-ahead stream); hints this worker's next shard.
+
+    Prototype wiring of `conveyor.storage.readahead` from public pieces (the library does
+    not route TarShards through it yet): ShardLister hands this worker shards ``c, c + n,
+    ...`` in order (no shuffle), so the next one is ``n`` places further.
+    """
+
+    def __init__(self, urls: list[str], options: dict[str, Any], block: int, depth: int):
+        self.urls, self.options, self.block, self.depth = urls, options, block, depth
+
+    def __call__(self, url: str) -> tuple[str, Any]:
+        from conveyor.datapipes.iter.shards import consumer_slot
+        from conveyor.storage import get_filesystem
+        from conveyor.storage.readahead import read_ahead
+
+        fs = get_filesystem(url, self.options).fs  # type: ignore[attr-defined]
+        reader = read_ahead(fs, block_size=self.block, depth=self.depth)
+        consumers, _ = consumer_slot()
+        following = self.urls.index(url) + consumers
+        if following < len(self.urls):
+            reader.hint(self.urls[following])
+        return url, reader.open(url)
+
+
+def p_conveyor_readahead(spec: Spec) -> Iterable[Any]:
+    from conveyor.datapipes.iter.shards import ShardLister
+    from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
+
+    urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
+    opened = ShardLister(urls, storage_options=spec.options).map(
+        OpenAhead(urls, spec.options, READAHEAD_BLOCK, READAHEAD_DEPTH)
+    )
+    samples = WebDataset(TarArchiveLoader(opened, stream=False)).map(TarPair(spec.decode))
+    return DataLoader(samples, batch_size=spec.batch_size, num_workers=spec.num_workers)
+
+
+READAHEAD_BLOCK = 8 << 20
+READAHEAD_DEPTH = 4
+
+
 def _wds_pair(decode: bool) -> Callable[[dict[str, Any]], tuple[Any, int]]:
     return lambda sample: to_pair(sample["jpg"], sample["cls"].decode(), decode)
 
@@ -206,6 +250,8 @@ def p_streaming(spec: Spec) -> Iterable[Any]:
 PIPELINES: dict[str, tuple[Callable[[Spec], Iterable[Any]], bool]] = {
     "conveyor": (p_conveyor, True),
     "conveyor-bytes": (p_conveyor, False),
+    "conveyor-ra": (p_conveyor_readahead, True),
+    "conveyor-ra-bytes": (p_conveyor_readahead, False),
     "wds": (p_wds, True),
     "wds-bytes": (p_wds, False),
     "s3torch": (p_s3torch, True),
@@ -316,7 +362,7 @@ def report(
 
     rows = [
         "| pipeline | RTT ms | img/s | MB/s | whole-run img/s | first batch s | CPU s/GB "
-        "| x conveyor 0 ms | x best peer |",
+        "| x own 0 ms | x best peer |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for rtt in rtts:
@@ -327,10 +373,10 @@ def report(
             if med(ips) is None:
                 rows.append(f"| {name} | {rtt:g} | error: {errors[0][:120] if errors else '?'} |")
                 continue
-            own0 = paired(ips, series("conveyor", 0.0, "img_s")) if "conveyor" in names else None
+            own0 = paired(ips, series(name, 0.0, "img_s")) if 0.0 in rtts else None
             best = None
             if name.startswith("conveyor") and peers:
-                reference = "wds-bytes" if name == "conveyor-bytes" else None
+                reference = "wds-bytes" if name.endswith("-bytes") else None
                 candidates = [reference] if reference in names else peers
                 per_rep = [
                     max((v for p in candidates if (v := series(p, rtt, "img_s")[i])), default=None)
@@ -353,7 +399,9 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", default=",".join(PIPELINES))
+    parser.add_argument(
+        "--pipelines", default=",".join(p for p in PIPELINES if not p.startswith("conveyor-ra"))
+    )
     parser.add_argument("--rtts", default="0,25,100", help="round-trip times in ms")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shards", type=int, default=4)
@@ -366,6 +414,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=LinkSettings.window, help="bytes")
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s, shared link")
     parser.add_argument("--run-timeout", type=int, default=300)
+    parser.add_argument(
+        "--weed-dir", default=str(s7_data.DATA_DIR / "weed"), help="SeaweedFS's data (reused)"
+    )
     parser.add_argument("--out", help="append the per-run JSON lines to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -383,7 +434,7 @@ def main() -> None:
     results: dict[tuple[str, float], list[dict[str, Any]]] = {
         (n, r): [] for n in names for r in rtts
     }
-    with s7_data.Store(s7_data.DATA_DIR / "weed") as store:
+    with s7_data.Store(Path(args.weed_dir)) as store:
         store.upload(root, layout)
         proxies = {
             rtt: ProxyProcess(
