@@ -20,15 +20,16 @@ import re
 # (category, pattern searched in the ';'-joined stack); first match wins
 CATEGORIES: list[tuple[str, str]] = [
     ("decode (PIL)", r"decode_crop|PIL/"),
-    ("wait: fsspec sync (network round trips)", r"fsspec/asyn\.py.*\bsync\b"),
+    ("wait: shard open (HEAD)", r"details \(fsspec/spec\.py.*sync \("),
+    ("wait: ranged GET of the next block", r"_fetch_range.*sync \("),
     ("wait: read-ahead block", r"readahead\.py.*_wait"),
     ("s3fs/aiohttp/botocore in the event loop", r"aiohttp|aiobotocore|botocore|s3fs/"),
     ("tar parsing + sample grouping", r"formats/tar\.py|grouping\.py|iter/tar\.py"),
     ("open shard (fsspec open / info)", r"fsspec/spec\.py.*\bopen\b|_info|s3fs/core\.py.*open"),
     ("send batch to main (transport)", r"transport/|worker_loop\.py.*send|connection\.py"),
     ("collate", r"collate"),
-    ("idle: waiting for a task", r"worker_loop\.py.*(recv|poll|wait)|process_pool|select"),
-    ("event loop idle", r"asyncio/base_events\.py.*_run_once|selectors\.py"),
+    ("event loop idle", r"run_forever.*_run_once.*select"),
+    ("idle: waiting for a task", r"receive \(conveyor/engine/worker_process\.py|poll|select"),
 ]
 
 
@@ -51,19 +52,25 @@ def main() -> None:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not stack:
                 continue
+            # py-spy --subprocesses: "process A;process B;thread (tid): name;frame;..."
             frames = stack.split(";")
-            process = frames[0]
-            thread = frames[1] if len(frames) > 1 and frames[1].startswith("thread") else ""
-            role = "main"
-            if "latency_proxy" in process:
+            processes = [f for f in frames if f.startswith("process ")]
+            threads = [f for f in frames if f.startswith("thread ")]
+            if not processes or not threads:
+                continue
+            pid = processes[-1].split(":", 1)[0]
+            thread = threads[0].split(": ", 1)[-1]
+            if "latency_proxy" in processes[-1]:
                 role = "proxy"
-            elif "worker" in stack and ("worker_process" in stack or "_worker_loop" in stack):
-                role = "worker"
-            key = f"{role} {process[:60]} {thread[:40]}"
+            elif len(processes) > 1:
+                role = "worker" if thread == "MainThread" else "worker thread"
+            else:
+                role = "main"
+            key = f"{role} {pid} {thread}"
             category = categorise(stack)
             per_thread[key][category] += int(count)
             if role == "worker" and "idle" not in category:
-                leaves[re.sub(r"\s*\(.*?\)", "", frames[-1])] += int(count)
+                leaves[re.sub(r" \((.*/)?([^/]*):\d+\)", r" (\2)", frames[-1])] += int(count)
     for key, counter in sorted(per_thread.items(), key=lambda kv: -sum(kv[1].values())):
         total = sum(counter.values())
         if total < 20:
