@@ -82,16 +82,24 @@ def test_blocks_are_requested_before_they_are_read() -> None:
     assert [start for start, _ in store.requests] == [0, 1000, 2000, 3000, 4000]
 
 
-def test_unknown_size_asks_for_one_block_and_the_end_is_found_without_errors() -> None:
+def test_unknown_size_asks_for_one_block_then_a_window_and_finds_the_end() -> None:
     store = FakeStore(data=DATA[:2500])
     size: Future[int] = Future()  # the HEAD request has not answered
     stream = _stream(store, depth=4, size=size)
     assert store.requests == [(0, 1000)]
     assert stream.read(1000) == DATA[:1000]
+    # a full first block: the object goes on, so the window fills without the size
+    assert [start for start, _ in store.requests] == [0, 1000, 2000, 3000, 4000]
     size.set_result(2500)
-    assert stream.read() == DATA[1000:2500]
+    assert stream.read() == DATA[1000:2500]  # the blocks past the end (416) read as the end
     assert stream.read(1) == b""
-    assert max(start for start, _ in store.requests) == 2000
+
+
+def test_unknown_size_and_a_short_first_block_is_the_whole_object() -> None:
+    store = FakeStore(data=DATA[:700])
+    stream = _stream(store, depth=4, size=Future())  # the size never comes
+    assert stream.read() == DATA[:700]
+    assert store.requests == [(0, 1000)]
 
 
 def test_a_request_past_the_end_reads_as_the_end() -> None:
@@ -146,3 +154,14 @@ def test_works_under_a_buffered_reader() -> None:
     buffered = io.BufferedReader(_stream(FakeStore()), buffer_size=300)
     assert buffered.read(2000) == DATA[:2000]
     assert buffered.read() == DATA[2000:]
+
+
+def test_a_small_first_block_then_full_blocks() -> None:
+    store = FakeStore()
+    stream = ReadAheadStream("s3://b/k", store.fetch, len(DATA), 1000, 2, first_block=300)
+    assert stream.read(250) == DATA[:250]
+    assert stream.read(100) == DATA[250:350]
+    assert store.requests[:3] == [(0, 300), (300, 1300), (1300, 2300)]
+    assert stream.seek(2299) == 2299
+    assert stream.read() == DATA[2299:]
+    assert store.requests[-1] == (10300, 11300)  # the last, short block

@@ -40,6 +40,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_DEPTH",
+    "DEFAULT_FIRST_BLOCK",
     "DEFAULT_HINTS",
     "DEFAULT_READAHEAD_BLOCK",
     "ReadAhead",
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 DEFAULT_READAHEAD_BLOCK = 8 << 20
+DEFAULT_FIRST_BLOCK = 1 << 20
+"""The first block of a stream: its bytes (a first batch) arrive before 8 MiB would."""
 DEFAULT_DEPTH = 4
 """Blocks in flight per stream: 4 x 8 MiB = 32 MiB per open shard."""
 DEFAULT_HINTS = 1
@@ -78,9 +81,12 @@ class ReadAheadStream(io.RawIOBase):
         block_size: int = DEFAULT_READAHEAD_BLOCK,
         depth: int = DEFAULT_DEPTH,
         timeout: float | None = None,
+        first_block: int | None = DEFAULT_FIRST_BLOCK,
     ) -> None:
         if block_size < 1 or depth < 1:
             raise ValueError("ReadAheadStream: block_size and depth must be at least 1")
+        # A small first block brings the first bytes (the first batch) sooner.
+        self.first_block = min(first_block or block_size, block_size)
         super().__init__()
         self.url = url
         self._fetch = fetch
@@ -92,6 +98,7 @@ class ReadAheadStream(io.RawIOBase):
         self._position = 0
         self._blocks: OrderedDict[int, Future[bytes]] = OrderedDict()
         self._current: tuple[int, bytes] | None = None
+        self._large = False  # a full block has come back: the object goes on after it
         self._schedule(0)
 
     # -- sizes and scheduling
@@ -112,15 +119,36 @@ class ReadAheadStream(io.RawIOBase):
     def _schedule(self, first: int) -> None:
         """Request blocks ``first .. first + depth - 1`` that exist and are not requested."""
         size = self._known_size()
-        # Before the size is known only block ``first`` is asked for: a block that starts
-        # past the end would be an error (HTTP 416), not an empty answer.
-        last = first if size is None else min(first + self.depth, -(-size // self.block_size)) - 1
+        if size is not None:
+            last = min(first + self.depth, self._count(size)) - 1
+        elif self._large:  # size unknown, but a full block came back: fill the window
+            last = first + self.depth - 1  # a block past the end answers 416: read as the end
+        else:  # nothing known yet: the first block only
+            last = first
         for index in range(first, last + 1):
             if index not in self._blocks:
-                start = index * self.block_size
-                self._blocks[index] = self._fetch(start, start + self.block_size)
+                start, end = self._span(index)
+                self._blocks[index] = self._fetch(start, end)
         for index in [i for i in self._blocks if i < first or i > first + self.depth - 1]:
             self._blocks.pop(index).cancel()
+
+    def _span(self, index: int) -> tuple[int, int]:
+        """Bytes ``[start, end)`` of block ``index`` (block 0 is ``first_block`` long)."""
+        if index == 0:
+            return 0, self.first_block
+        start = self.first_block + (index - 1) * self.block_size
+        return start, start + self.block_size
+
+    def _index(self, offset: int) -> int:
+        if offset < self.first_block:
+            return 0
+        return 1 + (offset - self.first_block) // self.block_size
+
+    def _count(self, size: int) -> int:
+        """Blocks of an object of ``size`` bytes."""
+        if size <= self.first_block:
+            return 1
+        return 1 + -(-(size - self.first_block) // self.block_size)
 
     def _wait(self, future: Future[Any], what: str) -> Any:
         try:
@@ -142,16 +170,18 @@ class ReadAheadStream(io.RawIOBase):
         future = self._blocks.get(index)
         if future is None:
             return b""  # past the end
-        start = index * self.block_size
+        start, end = self._span(index)
         try:
-            data: bytes = self._wait(future, f"bytes {start}-{start + self.block_size - 1}")
+            data: bytes = self._wait(future, f"bytes {start}-{end - 1}")
         except OSError:
             if start >= self.size:  # asked past the end before the size was known
                 return b""
             raise
         self._blocks.pop(index, None)
-        if len(data) < self.block_size:  # a short block is the last one
+        if len(data) < end - start:  # a short block is the last one
             self._size = start + len(data)
+        else:
+            self._large = True
         self._current = (index, data)
         self._schedule(index + 1)  # keep the window full while this block is consumed
         return data
@@ -175,7 +205,7 @@ class ReadAheadStream(io.RawIOBase):
         if offset < 0:
             raise ValueError(f"negative seek position {offset}")
         self._position = offset
-        self._schedule(offset // self.block_size)
+        self._schedule(self._index(offset))
         return offset
 
     def read(self, size: int | None = -1) -> bytes:
@@ -184,7 +214,8 @@ class ReadAheadStream(io.RawIOBase):
         wanted = -1 if size is None or size < 0 else size
         parts: list[bytes] = []
         while wanted != 0:
-            index, offset = divmod(self._position, self.block_size)
+            index = self._index(self._position)
+            offset = self._position - self._span(index)[0]
             data = self._block(index)
             chunk = data[offset:] if wanted < 0 else data[offset : offset + wanted]
             if not chunk:
@@ -224,6 +255,7 @@ class ReadAhead:
         depth: int = DEFAULT_DEPTH,
         hints: int = DEFAULT_HINTS,
         timeout: float | None = None,
+        first_block: int | None = DEFAULT_FIRST_BLOCK,
     ) -> None:
         if not supports(fs):
             raise ValueError(f"ReadAhead needs an asynchronous fsspec file system, not {fs!r}")
@@ -232,6 +264,7 @@ class ReadAhead:
         self.depth = depth
         self.hints = hints
         self.timeout = timeout
+        self.first_block = first_block
         self._hinted: OrderedDict[str, ReadAheadStream] = OrderedDict()
 
     def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
@@ -244,7 +277,9 @@ class ReadAhead:
             return self._submit(self.fs._cat_file(path, start=start, end=end))
 
         size: Future[int] = self._submit(self.fs._size(path))
-        return ReadAheadStream(url, fetch, size, self.block_size, self.depth, self.timeout)
+        return ReadAheadStream(
+            url, fetch, size, self.block_size, self.depth, self.timeout, self.first_block
+        )
 
     def hint(self, url: str) -> None:
         """Start reading ``url`` now: it is the next one `open` will be asked for."""
