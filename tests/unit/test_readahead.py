@@ -156,12 +156,13 @@ def test_works_under_a_buffered_reader() -> None:
     assert buffered.read() == DATA[2000:]
 
 
-def test_a_small_first_block_then_full_blocks() -> None:
+def test_the_first_blocks_double_up_to_the_block_size() -> None:
     store = FakeStore()
-    stream = ReadAheadStream("s3://b/k", store.fetch, len(DATA), 1000, 2, first_block=300)
+    stream = ReadAheadStream("s3://b/k", store.fetch, len(DATA), 1000, 3, first_block=300)
     assert stream.read(250) == DATA[:250]
     assert stream.read(100) == DATA[250:350]
-    assert store.requests[:3] == [(0, 300), (300, 1300), (1300, 2300)]
-    assert stream.seek(2299) == 2299
-    assert stream.read() == DATA[2299:]
-    assert store.requests[-1] == (10300, 11300)  # the last, short block
+    assert store.requests[:3] == [(0, 300), (300, 900), (900, 1900)]
+    assert stream.seek(1899) == 1899
+    assert stream.read() == DATA[1899:]
+    assert store.requests[-1] == (9900, 10900)  # the last, short block
+    assert len(store.requests) == len(set(store.requests)) == 12  # 300, 600, 10 x 1000

@@ -51,7 +51,7 @@ __all__ = [
 
 DEFAULT_READAHEAD_BLOCK = 8 << 20
 DEFAULT_FIRST_BLOCK = 1 << 20
-"""The first block of a stream: its bytes (a first batch) arrive before 8 MiB would."""
+"""The first block of a stream (then 2, 4, 8 MiB): a first batch need not wait for 8 MiB."""
 DEFAULT_DEPTH = 4
 """Blocks in flight per stream: 4 x 8 MiB = 32 MiB per open shard."""
 DEFAULT_HINTS = 1
@@ -85,8 +85,14 @@ class ReadAheadStream(io.RawIOBase):
     ) -> None:
         if block_size < 1 or depth < 1:
             raise ValueError("ReadAheadStream: block_size and depth must be at least 1")
-        # A small first block brings the first bytes (the first batch) sooner.
-        self.first_block = min(first_block or block_size, block_size)
+        # The first blocks double from ``first_block`` up to ``block_size`` (the ramp): the
+        # first bytes (a first batch) arrive sooner than a whole block would.
+        self._ramp: list[int] = []
+        step = first_block or block_size
+        while step < block_size:
+            self._ramp.append(step)
+            step *= 2
+        self._ramp_bytes = sum(self._ramp)
         super().__init__()
         self.url = url
         self._fetch = fetch
@@ -133,22 +139,25 @@ class ReadAheadStream(io.RawIOBase):
             self._blocks.pop(index).cancel()
 
     def _span(self, index: int) -> tuple[int, int]:
-        """Bytes ``[start, end)`` of block ``index`` (block 0 is ``first_block`` long)."""
-        if index == 0:
-            return 0, self.first_block
-        start = self.first_block + (index - 1) * self.block_size
+        """Bytes ``[start, end)`` of block ``index``: the ramp's blocks, then full ones."""
+        if index < len(self._ramp):
+            start = sum(self._ramp[:index])
+            return start, start + self._ramp[index]
+        start = self._ramp_bytes + (index - len(self._ramp)) * self.block_size
         return start, start + self.block_size
 
     def _index(self, offset: int) -> int:
-        if offset < self.first_block:
-            return 0
-        return 1 + (offset - self.first_block) // self.block_size
+        if offset >= self._ramp_bytes:
+            return len(self._ramp) + (offset - self._ramp_bytes) // self.block_size
+        index = 0
+        while offset >= self._ramp[index]:
+            offset -= self._ramp[index]
+            index += 1
+        return index
 
     def _count(self, size: int) -> int:
         """Blocks of an object of ``size`` bytes."""
-        if size <= self.first_block:
-            return 1
-        return 1 + -(-(size - self.first_block) // self.block_size)
+        return self._index(size - 1) + 1 if size > 0 else 1
 
     def _wait(self, future: Future[Any], what: str) -> Any:
         try:
@@ -266,17 +275,37 @@ class ReadAhead:
         self.timeout = timeout
         self.first_block = first_block
         self._hinted: OrderedDict[str, ReadAheadStream] = OrderedDict()
+        self._connecting: asyncio.Future[Any] | None = None
 
     def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
+
+    async def _ready(self) -> None:
+        """Connect once: s3fs builds its client on the first call without a lock, so the
+        first concurrent requests would each build one (a quarter second of CPU each)."""
+        connect = getattr(self.fs, "set_session", None)
+        if connect is None:
+            return
+        if self._connecting is None:  # runs on the event loop's thread: no race
+            self._connecting = asyncio.ensure_future(connect())
+        await asyncio.shield(self._connecting)
+
+    async def _get(self, path: str, start: int, end: int) -> bytes:
+        await self._ready()
+        data: bytes = await self.fs._cat_file(path, start=start, end=end)
+        return data
+
+    async def _size(self, path: str) -> int:
+        await self._ready()
+        return int(await self.fs._size(path))
 
     def _start(self, url: str) -> ReadAheadStream:
         path = self.fs._strip_protocol(url)
 
         def fetch(start: int, end: int) -> Future[bytes]:
-            return self._submit(self.fs._cat_file(path, start=start, end=end))
+            return self._submit(self._get(path, start, end))
 
-        size: Future[int] = self._submit(self.fs._size(path))
+        size: Future[int] = self._submit(self._size(path))
         return ReadAheadStream(
             url, fetch, size, self.block_size, self.depth, self.timeout, self.first_block
         )
