@@ -23,6 +23,8 @@ CATEGORIES: list[tuple[str, str]] = [
     ("wait: shard open (HEAD)", r"details \(fsspec/spec\.py.*sync \("),
     ("wait: ranged GET of the next block", r"_fetch_range.*sync \("),
     ("wait: read-ahead block", r"readahead\.py.*_wait"),
+    ("wait: RangedReader's next range (network)", r"ranged\.py.*(sync|wait) \("),
+    ("RangedReader bookkeeping", r"storage/ranged\.py"),
     ("s3fs/aiohttp/botocore in the event loop", r"aiohttp|aiobotocore|botocore|s3fs/"),
     ("tar parsing + sample grouping", r"formats/tar\.py|grouping\.py|iter/tar\.py"),
     ("open shard (fsspec open / info)", r"fsspec/spec\.py.*\bopen\b|_info|s3fs/core\.py.*open"),

@@ -1,31 +1,36 @@
 """Read-ahead for remote objects: concurrent ranged GETs in a bounded window, next shard early.
 
-Why: a remote shard read through fsspec's file object is one ranged GET per block, issued
-only when the reader runs out of bytes: every block costs a full round trip during which
-the worker neither decodes nor transfers, and opening a shard costs one more round trip
-(HEAD) before the first byte. At 100 ms RTT that halves a worker's throughput (S7 in
+Why: `RangedReader` (and fsspec's file object) asks for the next range only when the reader
+runs out of bytes, one request at a time: every block boundary costs a round trip during
+which the worker has nothing to parse, and a single TCP stream moves at most its window per
+round trip. Over a 100 ms link that cuts an I/O-bound reader to a third (S7 in
 docs/benchmarks.md).
 
-`ReadAheadStream` keeps up to ``depth`` blocks of ``block_size`` bytes requested ahead of
-the reading position, each its own ranged GET, running concurrently on fsspec's event loop
-(connections are pooled and reused by the file system's client: one per concurrent
-request, kept alive across shards). Memory is bounded by ``depth * block_size`` per stream
-(the blocks behind the position are dropped). The object's size (HEAD) is requested at the
-same time as the first block, so the first byte costs one round trip, not two.
+`ReadAheadStream` keeps up to ``depth`` blocks requested ahead of the reading position,
+each its own ranged GET, running concurrently on fsspec's event loop (connections are
+pooled and reused by the file system's client, one per concurrent request, kept alive
+across shards). The first blocks ramp up from ``first_block`` (1, 2, 4 MiB) to
+``block_size`` (8 MiB) so that a first batch does not wait for a whole block. Memory is
+bounded by ``depth * block_size`` per stream (blocks behind the position are dropped). The
+object's size is asked for at the same time as the first block, never before it.
 
-`ReadAhead.hint(url)` starts the next shard (its size and first blocks) while the current
+`ReadAhead.hint(url)` starts the next shard (its size and first block) while the current
 one is still being read; `ReadAhead.open(url)` takes that stream if it was hinted. At most
-``hints`` streams wait that way; the oldest is cancelled when more are hinted.
+``hints`` streams wait that way; the oldest is cancelled when more are hinted. Per worker
+that is at most ``(1 + hints) * depth * block_size`` bytes (64 MiB by default).
 
 This module starts no thread: requests are coroutines of the fsspec file system's own
-event loop (``fs.loop``), awaited through ``concurrent.futures`` futures. File systems
-that are not asynchronous (local, memory) are opened the usual way.
+event loop (``fs.loop``), awaited through ``concurrent.futures`` futures.
 
-How it plugs in (not wired yet; see docs/benchmarks.md, S7):
-- ``RemoteFileSystem.open(url, block_size)``: return ``read_ahead(self.fs).open(url)`` when
-  ``supports(self.fs)``;
+Not wired yet (measured in benchmarks/s7_object_store.py as ``conveyor-ra``, built from
+public pieces). To merge, after storage's `RangedReader` (retries from the byte reached):
+- back ``fetch(start, end)`` with the `RangeSource` (``request`` + ``read`` to the end of
+  the range, on the loop) under a `RetryRun`, instead of s3fs's ``_cat_file`` used here,
+  which does not retry (conveyor turns botocore's retries off);
+- ``RemoteFileSystem.open``: return such a stream when read-ahead is on (a
+  ``RemoteOptions`` field: depth, 0 = off) and the file system is asynchronous;
 - ``ShardLister``'s cursor: when it hands out shard ``k``, call
-  ``read_ahead(fs).hint(url_of_shard_k_plus_1)``.
+  ``read_ahead(fs).hint(url of this consumer's shard k + 1)``.
 """
 
 from __future__ import annotations
