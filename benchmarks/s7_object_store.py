@@ -375,9 +375,11 @@ def report(
                 continue
             own0 = paired(ips, series(name, 0.0, "img_s")) if 0.0 in rtts else None
             best = None
-            if name.startswith("conveyor") and peers:
-                reference = "wds-bytes" if name.endswith("-bytes") else None
-                candidates = [reference] if reference in names else peers
+            if name.startswith("conveyor"):
+                # bytes variants against the one peer that has one; decode against all
+                candidates = (
+                    [p for p in ("wds-bytes",) if p in names] if name.endswith("-bytes") else peers
+                )
                 per_rep = [
                     max((v for p in candidates if (v := series(p, rtt, "img_s")[i])), default=None)
                     for i in range(len(ips))
