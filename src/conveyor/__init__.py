@@ -21,6 +21,7 @@ from conveyor.dataset import (
 )
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.global_shuffle import GlobalShuffleSampler
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -41,6 +42,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "GlobalShuffleSampler",
     "IterDataPipe",
     "IterableDataset",
     "MapDataPipe",
