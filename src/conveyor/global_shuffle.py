@@ -117,8 +117,12 @@ class GlobalShuffleSampler(Sampler[int]):
                 f"permutation(start={start}, stop={stop}) is outside the epoch's "
                 f"positions [0, {self.num_samples}]"
             )
-        positions = np.arange(start, stop, dtype=np.uint64)
-        return self._epoch_order()(positions).astype(np.int64)
+        order = self._epoch_order()
+        out = np.empty(stop - start, dtype=np.int64)
+        for begin in range(start, stop, _CHUNK):  # chunks that stay in cache
+            end = min(stop, begin + _CHUNK)
+            out[begin - start : end - start] = order(np.arange(begin, end, dtype=np.uint64))
+        return out
 
     def _indices_at(self, positions: NDArray[np.uint64]) -> NDArray[np.uint64]:
         """Indices at global positions, positions past the end wrapping to the start."""
