@@ -22,6 +22,7 @@ from conveyor.dataset import (
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.global_shuffle import GlobalShuffleSampler
+from conveyor.mixture import Mixture
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -46,6 +47,7 @@ __all__ = [
     "IterDataPipe",
     "IterableDataset",
     "MapDataPipe",
+    "Mixture",
     "RandomSampler",
     "Sampler",
     "SequentialSampler",

@@ -131,6 +131,19 @@ def feistel_inverse(values: Indices, a: int, b: int, keys: Sequence[RoundKey]) -
     return np.add(left, right, out=left)
 
 
+def _feistel_one(value: int, a: int, b: int, keys: Sequence[int]) -> int:
+    """`feistel` for a single value, step for step in Python integers."""
+    left, right = divmod(value, b)
+    radix_left, radix_right = a, b
+    for key in keys:
+        mixed = ((right ^ key) * _GOLDEN) & _MASK64
+        mixed = ((mixed ^ (mixed >> 32)) * _MIX1) & _MASK64
+        shift = ((mixed >> 32) * radix_left) >> 32
+        left, right = right, (left + shift) % radix_left
+        radix_left, radix_right = radix_right, radix_left
+    return left * b + right
+
+
 def _subset(keys: Sequence[RoundKey], where: NDArray[np.intp]) -> list[RoundKey]:
     return [key[where] if isinstance(key, np.ndarray) else key for key in keys]
 
@@ -178,7 +191,13 @@ class KeyedPermutation:
         return walk(values, self.size, self._keys, inverse=True)
 
     def at(self, position: int) -> int:
-        return int(self(np.array([position], dtype=np.uint64))[0])
+        """``self(position)`` for one position, in plain integers (no NumPy call costs)."""
+        keys = [int(k) for k in self._keys]
+        a, b = radices(self.size)
+        value = _feistel_one(position, a, b, keys)
+        while value >= self.size:
+            value = _feistel_one(value, a, b, keys)
+        return value
 
     def position_of(self, value: int) -> int:
         return int(self.inverse(np.array([value], dtype=np.uint64))[0])

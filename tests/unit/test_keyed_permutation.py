@@ -43,6 +43,15 @@ def test_every_size_is_a_bijection_with_an_inverse(size: int) -> None:
     assert np.array_equal(perm.inverse(values), positions)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 100, 2**16 + 1, 10**6, 2**40 + 3, 2**62])
+def test_one_position_in_plain_integers_agrees_with_the_vectorised_network(size: int) -> None:
+    perm = KeyedPermutation(size, key=size)
+    positions = sorted({0, size // 3, size // 2, size - 1, *range(min(size, 50))})
+    vectorised = perm(np.array(positions, dtype=np.uint64)).tolist()
+    assert [perm.at(p) for p in positions] == vectorised
+    assert [perm.position_of(v) for v in vectorised] == positions
+
+
 def test_radices_cover_the_domain_tightly() -> None:
     for size in [*range(1, 2000), 2**40, 2**40 + 1, 2**62]:
         a, b = radices(size)
