@@ -42,8 +42,8 @@ class Mixture(IterableDataset[Any]):
     `conveyor.mixture.rates` for how inexact weights are rounded (to 1/65,536).
 
     ``sources`` maps names to map-style datasets (read in a fresh keyed permutation every
-    pass when ``shuffle``, seeded by ``seed``), or to streams (IterableDatasets, DataPipes,
-    any re-iterable), read in order. ``stop_on``: ``"first_exhausted"`` ends the mixture
+    pass when ``shuffle``, keyed by ``seed`` and the epoch), or to streams (IterableDatasets,
+    DataPipes, any re-iterable), read in order. ``stop_on``: ``"first_exhausted"`` ends the mixture
     where a source first runs out; ``"all_exhausted"`` cycles sources that run out until
     every source still scheduled has run out once, then ends; ``"never"`` cycles forever.
     The sample where the mixture ends is not produced.
@@ -51,8 +51,9 @@ class Mixture(IterableDataset[Any]):
     `set_weights` changes the proportions from a position on; `counts` tells how many
     samples each source gave; `state_dict` (positions and the weight history, ~200 bytes
     for any number of sources before weight changes) resumes exactly. Each ``iter()``
-    starts a new run at position 0 with the weights in force, except the first after
-    `load_state_dict`, which continues the checkpoint.
+    starts a new run at position 0 with the weights in force (call `set_epoch` first to
+    reshuffle the map-style sources), except the first after `load_state_dict`, which
+    continues the checkpoint.
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class Mixture(IterableDataset[Any]):
                 )
         self._initial = to_rates(self._aligned(weights))
         self.seed = seed
+        self.epoch = 0  # keys the map-style sources' permutations (set_epoch)
         self.stop_on = stop_on
         self.shuffle = shuffle
         self._schedule = Schedule(self._initial)
@@ -174,8 +176,15 @@ class Mixture(IterableDataset[Any]):
         self._loaded = None
         return self._run.samples()
 
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle the map-style sources for the next run, as `DistributedSampler.set_epoch`
+        does: call it before each epoch (the same ``epoch`` gives the same samples)."""
+        self.epoch = epoch
+
     def _source_key(self, number: int) -> int | None:
-        return derive_key(self.seed, number, _SOURCE_PURPOSE) if self.shuffle else None
+        if not self.shuffle:
+            return None
+        return derive_key(self.seed, self.epoch, number, _SOURCE_PURPOSE)
 
     def _check_placement(self) -> None:
         if self._placement.replicas > 1:
@@ -217,6 +226,7 @@ class Mixture(IterableDataset[Any]):
             sources=sources_digest(self._names, self._lengths()),
             weights=self._initial.digest,
             seed=self.seed,
+            epoch=self.epoch,
             stop_on=self.stop_on,
             position=self._run.position if self._run is not None else self._start,
             vectors=vectors,
@@ -230,7 +240,8 @@ class Mixture(IterableDataset[Any]):
         """Make the next ``iter()`` continue the checkpointed run exactly.
 
         The sources (names, kinds, map-style lengths), the construction weights and
-        ``stop_on`` must match, else `ValueError` naming the field; ``seed`` is adopted.
+        ``stop_on`` must match, else `ValueError` naming the field; ``seed`` and ``epoch``
+        are adopted.
         """
         if state_dict.get("version") != STATE_VERSION:
             raise ValueError(
@@ -250,6 +261,7 @@ class Mixture(IterableDataset[Any]):
                 )
         self._schedule = history_from_state(state_dict, self._initial)
         self.seed = int(state_dict["seed"])
+        self.epoch = int(state_dict["epoch"])
         self._start = int(state_dict["position"])
         self._run = None
         self._loaded = dict(state_dict)

@@ -29,6 +29,7 @@ class MixtureState(TypedDict):
     sources: str  # digest of the sources' names, kinds and map-style lengths
     weights: str  # digest of the construction weights
     seed: int
+    epoch: int  # runs of this Mixture before the checkpointed one
     stop_on: str
     position: int  # positions [0, position) were produced
     vectors: list[str]  # weight vectors used: "initial" or encoded shares
