@@ -169,14 +169,16 @@ class KeyedPermutation:
     ``i`` maps to ``self(i)`` without computing any other position.
     """
 
-    __slots__ = ("_keys", "key", "size")
+    __slots__ = ("_int_keys", "_keys", "_radices", "key", "size")
 
     def __init__(self, size: int, key: int) -> None:
         if not 0 <= size <= MAX_SIZE:
             raise ValueError(f"size must be in [0, 2**62], got {size}")
         self.size = size
         self.key = key & _MASK64
-        self._keys = [np.uint64(k) for k in round_keys(size, self.key)]
+        self._int_keys = round_keys(size, self.key)
+        self._keys = [np.uint64(k) for k in self._int_keys]
+        self._radices = radices(size)
 
     def __call__(self, positions: Indices) -> Indices:
         """The values at ``positions`` (each ``< size``), as a new ``uint64`` array."""
@@ -192,11 +194,10 @@ class KeyedPermutation:
 
     def at(self, position: int) -> int:
         """``self(position)`` for one position, in plain integers (no NumPy call costs)."""
-        keys = [int(k) for k in self._keys]
-        a, b = radices(self.size)
-        value = _feistel_one(position, a, b, keys)
+        a, b = self._radices
+        value = _feistel_one(position, a, b, self._int_keys)
         while value >= self.size:
-            value = _feistel_one(value, a, b, keys)
+            value = _feistel_one(value, a, b, self._int_keys)
         return value
 
     def position_of(self, value: int) -> int:
