@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from conveyor.distributed import world_and_rank
+from conveyor.distributed import ProcessGroupNotInitializedError, world_and_rank
 from conveyor.global_order import EpochOrder
 from conveyor.keyed_permutation import MAX_SIZE
 from conveyor.sampler import Sampler
@@ -58,10 +59,12 @@ class GlobalShuffleSampler(Sampler[int]):
     ``B`` positions of each other.
 
     ``num_replicas`` and ``rank`` default to those of ``torch.distributed`` when it is
-    initialised, else to a single process (1 and 0). ``seed`` must be the same on every
-    rank. ``state_dict()`` records the epoch and the global position reached (ranks are
-    assumed to advance in step, as DDP ranks do); `load_state_dict` makes the next
-    iteration start there, in O(1), with any number of ranks.
+    initialised, else to a single process (1 and 0); a launcher's ``WORLD_SIZE`` > 1 with
+    no process group raises `ProcessGroupNotInitializedError`, as `DistributedSampler`
+    does. ``seed`` must be the same on every rank. ``state_dict()`` records the epoch and
+    the global position reached (ranks are assumed to advance in step, as DDP ranks do);
+    `load_state_dict` makes the next iteration start there, in O(1), with any number of
+    ranks.
     """
 
     def __init__(
@@ -77,9 +80,10 @@ class GlobalShuffleSampler(Sampler[int]):
         _check_int("num_samples", num_samples, 0, MAX_SIZE)
         if block_size is not None:
             _check_int("block_size", block_size, 1, MAX_SIZE)
-        world, process_rank = world_and_rank()
-        num_replicas = world if num_replicas is None else num_replicas
-        rank = process_rank if rank is None else rank
+        if num_replicas is None or rank is None:
+            world, process_rank = _world_and_rank_or_raise()
+            num_replicas = world if num_replicas is None else num_replicas
+            rank = process_rank if rank is None else rank
         _check_int("num_replicas", num_replicas, 1, MAX_SIZE)
         if not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise ValueError(
@@ -255,6 +259,21 @@ class _Cursor:
         self._block = []
         self._block_iter = iter(self._block)
         self.finished = True
+
+
+def _world_and_rank_or_raise() -> tuple[int, int]:
+    """torch.distributed's world and rank; (1, 0) for a single process. A launcher that
+    started several processes (``WORLD_SIZE`` > 1) without an initialised process group is
+    an error: every process would otherwise take the whole order."""
+    world, rank = world_and_rank()
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world == 1 and launched > 1:
+        raise ProcessGroupNotInitializedError(
+            f"GlobalShuffleSampler got no num_replicas/rank, WORLD_SIZE={launched} but "
+            "torch.distributed is not initialized: call "
+            "torch.distributed.init_process_group() first, or pass num_replicas= and rank="
+        )
+    return world, rank
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:

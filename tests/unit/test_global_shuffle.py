@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler as TorchDistributedSampler
 
 from conveyor import GlobalShuffleSampler
+from conveyor.distributed import ProcessGroupNotInitializedError
 from conveyor.sampler import Sampler
 from uniformity import REJECT_Z, worst_z
 
@@ -249,6 +250,15 @@ def test_blocks_are_visited_one_at_a_time() -> None:
     other_epoch = GlobalShuffleSampler(n + 123, seed=4, block_size=block)
     other_epoch.set_epoch(1)
     assert not np.array_equal(other_epoch.permutation() // block, blocks)
+
+
+def test_a_launched_job_without_a_process_group_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ProcessGroupNotInitializedError, match="WORLD_SIZE=4"):
+        GlobalShuffleSampler(10)
+    assert len(GlobalShuffleSampler(10, num_replicas=4, rank=1)) == 3  # explicit: fine
 
 
 def test_arguments_are_checked() -> None:
