@@ -165,6 +165,7 @@ def test_set_weights_applies_from_the_next_sample_and_counts_follow() -> None:
     assert Counter(s for s, _ in head) == {0: 50, 1: 50}
     assert Counter(s for s, _ in tail) == {0: 90, 1: 10}
     assert mixture.counts() == {"s0": 140, "s1": 60}
+    assert mixture.counts(position=110) == {"s0": 59, "s1": 51}
     with pytest.raises(ValueError, match="already produced"):
         mixture.set_weights([1, 1], position=150)
     mixture.set_weights([1, 0], position=300)  # a future position: applies there

@@ -140,9 +140,11 @@ class Mixture(IterableDataset[Any]):
         """The integer shares in force (see `conveyor.mixture.rates`)."""
         return self._schedule.rates
 
-    def counts(self) -> dict[str, int]:
-        """Samples each source gave so far (derived from the schedule and the position)."""
-        position = self._run.position if self._run is not None else self._start
+    def counts(self, position: int | None = None) -> dict[str, int]:
+        """Samples each source gave before ``position`` (default: the position this process
+        reached), derived from the schedule; a loader passes what it delivered."""
+        if position is None:
+            position = self._run.position if self._run is not None else self._start
         realised = self._schedule.counts_before(position).tolist()
         return dict(zip(self._names, realised, strict=True))
 
