@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 __all__ = ["Placement"]
 
-_SINGLE_CHUNK = 1024  # a single replica takes positions in runs of this size
+_SINGLE_CHUNK = 8192  # a single replica takes positions in runs of this size
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from conveyor.mixture.placement import Placement
 from conveyor.mixture.schedule import Schedule
 from conveyor.mixture.sources import MapSource, StreamSource
@@ -23,6 +26,7 @@ __all__ = ["STOP_MODES", "MixtureRun"]
 
 STOP_MODES = ("first_exhausted", "all_exhausted", "never")
 _NEVER = math.inf
+_VECTORISE_FROM = 64  # positions of one map-style source in a block worth one NumPy pass
 
 
 class MixtureRun:
@@ -64,11 +68,15 @@ class MixtureRun:
         while self.position < end:
             version = self._version
             sources, items = self._schedule.locate(self.position, end)
-            for source, item in zip(sources.tolist(), items.tolist(), strict=True):
+            indices = self._map_indices(sources, items)
+            for source, item, index in zip(sources.tolist(), items.tolist(), indices, strict=True):
                 if self.position >= self._stop:
                     self.stopped = True
                     return
-                found, sample = self._read(source, item)
+                if index >= 0:
+                    found, sample = True, self.readers[source].fetch(index)
+                else:
+                    found, sample = self._read(source, item)
                 if not found:
                     self.stopped = True
                     return
@@ -76,6 +84,19 @@ class MixtureRun:
                 yield sample
                 if self._version != version:
                     break  # set_weights while the consumer held the sample
+
+    def _map_indices(self, sources: NDArray[np.int64], items: NDArray[np.int64]) -> list[int]:
+        """Dataset indices for the block's map-style positions (-1 elsewhere): a source with
+        many positions in the block gets its permutation evaluated in one NumPy pass; the
+        others are evaluated one by one as they are read."""
+        out = np.full(sources.size, -1, dtype=np.int64)
+        present = np.bincount(sources, minlength=len(self.readers))
+        for number in np.flatnonzero(present >= _VECTORISE_FROM).tolist():
+            reader = self.readers[number]
+            if isinstance(reader, MapSource) and reader.length:
+                where = np.flatnonzero(sources == number)
+                out[where] = reader.indices(items[where])
+        return out.tolist()
 
     def _read(self, source: int, item: int) -> tuple[bool, Any]:
         reader = self.readers[source]

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from conveyor.keyed_permutation import KeyedPermutation, derive_key
 from conveyor.state.protocol import has_state
 from conveyor.torch_compat import is_iterable_style
@@ -50,12 +53,32 @@ class MapSource:
         number, offset = divmod(item, self.length)
         return True, self._dataset[self._index(number, offset)]
 
+    def fetch(self, index: int) -> Any:
+        """The sample at a dataset index that `indices` computed."""
+        return self._dataset[index]
+
+    def indices(self, items: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Dataset indices of many items at once (one NumPy pass per pass number)."""
+        numbers, offsets = np.divmod(items, self.length)
+        if self._key is None:
+            return offsets
+        out = np.empty_like(offsets)
+        for number in np.unique(numbers).tolist():
+            where = np.flatnonzero(numbers == number)
+            order = self._order_of(number)
+            out[where] = order(offsets[where].astype(np.uint64)).astype(np.int64)
+        return out
+
     def _index(self, number: int, offset: int) -> int:
         if self._key is None:
             return offset
+        return self._order_of(number).at(offset)
+
+    def _order_of(self, number: int) -> KeyedPermutation:
+        assert self._key is not None
         if self._order is None or self._order[0] != number:
             self._order = (number, KeyedPermutation(self.length, derive_key(self._key, number)))
-        return self._order[1].at(offset)
+        return self._order[1]
 
 
 class StreamSource:
