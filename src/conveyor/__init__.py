@@ -5,6 +5,8 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
 from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
@@ -22,7 +24,6 @@ from conveyor.dataset import (
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.global_shuffle import GlobalShuffleSampler
-from conveyor.mixture import Mixture
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -32,6 +33,9 @@ from conveyor.sampler import (
     WeightedRandomSampler,
 )
 from conveyor.string_table import StringTable
+
+if TYPE_CHECKING:
+    from conveyor.mixture import Mixture
 
 __version__ = "0.1.0"
 
@@ -65,3 +69,12 @@ __all__ = [
     "get_worker_info",
     "random_split",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`Mixture` is imported on first use: most programs never mix (import time, S4)."""
+    if name == "Mixture":
+        from conveyor.mixture import Mixture
+
+        return Mixture
+    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
