@@ -5,6 +5,8 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
 from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
@@ -29,6 +31,7 @@ from conveyor.dataset import (
 )
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.global_shuffle import GlobalShuffleSampler
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -39,6 +42,9 @@ from conveyor.sampler import (
 )
 from conveyor.string_table import StringTable
 from conveyor.torch_compat import DatasetKind as _DatasetKind
+
+if TYPE_CHECKING:
+    from conveyor.mixture import Mixture
 
 __version__ = "0.1.0"
 
@@ -51,9 +57,11 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "GlobalShuffleSampler",
     "IterDataPipe",
     "IterableDataset",
     "MapDataPipe",
+    "Mixture",
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
@@ -77,3 +85,12 @@ __all__ = [
     "runtime_validation",
     "runtime_validation_disabled",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`Mixture` is imported on first use: most programs never mix (import time, S4)."""
+    if name == "Mixture":
+        from conveyor.mixture import Mixture
+
+        return Mixture
+    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
