@@ -8,6 +8,7 @@ cd "$root"
 "$venv/bin/ruff" check src tests benchmarks
 "$venv/bin/ruff" format --check src tests benchmarks
 "$venv/bin/mypy"
+"$venv/bin/lint-imports" --no-cache
 echo "docs: mkdocs build --strict" >&2
 NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "$root/site"
 export CONVEYOR_DOCS_SITE="$root/site"  # tests/integration/test_docs.py checks this build

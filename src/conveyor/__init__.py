@@ -5,9 +5,19 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
 from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
+from conveyor.datapipes._decorator import (
+    argument_validation,
+    guaranteed_datapipes_determinism,
+    non_deterministic,
+    runtime_validation,
+    runtime_validation_disabled,
+)
+from conveyor.datapipes.dataframe import DFIterDataPipe
 from conveyor.datapipes.iter.shards import TarShards
 from conveyor.dataset import (
     ChainDataset,
@@ -21,6 +31,7 @@ from conveyor.dataset import (
 )
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.global_shuffle import GlobalShuffleSampler
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -30,6 +41,10 @@ from conveyor.sampler import (
     WeightedRandomSampler,
 )
 from conveyor.string_table import StringTable
+from conveyor.torch_compat import DatasetKind as _DatasetKind
+
+if TYPE_CHECKING:
+    from conveyor.mixture import Mixture
 
 __version__ = "0.1.0"
 
@@ -37,13 +52,16 @@ __all__ = [
     "BatchSampler",
     "ChainDataset",
     "ConcatDataset",
+    "DFIterDataPipe",
     "DataChunk",
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "GlobalShuffleSampler",
     "IterDataPipe",
     "IterableDataset",
     "MapDataPipe",
+    "Mixture",
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
@@ -55,9 +73,24 @@ __all__ = [
     "TensorDataset",
     "WeightedRandomSampler",
     "WorkerInfo",
+    "_DatasetKind",
+    "argument_validation",
     "default_collate",
     "default_convert",
     "functional_datapipe",
     "get_worker_info",
+    "guaranteed_datapipes_determinism",
+    "non_deterministic",
     "random_split",
+    "runtime_validation",
+    "runtime_validation_disabled",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`Mixture` is imported on first use: most programs never mix (import time, S4)."""
+    if name == "Mixture":
+        from conveyor.mixture import Mixture
+
+        return Mixture
+    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")

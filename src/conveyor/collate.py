@@ -14,6 +14,11 @@ Differences:
   torch's path. Such a tensor's storage is owned by NumPy, so it cannot grow by ``resize_()``.
 - Each nested field is collated once. torch collates a field twice when rebuilding a custom
   container raises ``TypeError``; the result and the exceptions are the same.
+
+Extension: types registered in conveyor's `default_collate_fn_map` *or* in torch's
+(``torch.utils.data._utils.collate.default_collate_fn_map``, where torch's documentation
+tells users to register them) are honoured by `default_collate`; torch's own entries are
+not called, conveyor's take their place.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from conveyor.torch_compat import user_collate_fns
 from conveyor.transport.structure import is_namedtuple, rebuild_mapping, rebuild_sequence
 
 __all__ = [
@@ -304,6 +310,16 @@ Extend it in place, or copy it (``dict(default_collate_fn_map)``) and pass the c
 """
 
 
+def _registry() -> CollateFnMap:
+    """conveyor's registry, plus what users registered in torch's (theirs win, as in torch)."""
+    registered_in_torch = user_collate_fns()
+    if not registered_in_torch:
+        return default_collate_fn_map
+    merged = dict(default_collate_fn_map)
+    merged.update(registered_in_torch)  # a new type goes last, a known one keeps its place
+    return merged
+
+
 def default_collate(batch: Sequence[Any]) -> Any:
     """Same as ``torch.utils.data.default_collate``; see the module docstring for differences."""
-    return collate(batch, collate_fn_map=default_collate_fn_map)
+    return collate(batch, collate_fn_map=_registry())

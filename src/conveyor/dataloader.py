@@ -1,14 +1,13 @@
-"""The DataLoader facade: validate torch's arguments, build a plan, run it on the engine."""
+"""The DataLoader facade: check torch's arguments into one options object, run it on the engine."""
 
 from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
+import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
 import weakref
 from collections.abc import Callable, Iterable
-from multiprocessing.context import BaseContext
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import torch
 
@@ -19,47 +18,67 @@ from conveyor.datapipes.profiling import StageTimers
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.multi_worker import MultiWorkerIterator, uses_zygote
-from conveyor.engine.plan import LoadPlan, WorkerOptions
+from conveyor.engine.multi_worker import MultiWorkerIterator
+from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
+from conveyor.engine.plan import EpochHooks, LoadPlan
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
-from conveyor.engine.zygote import Zygote
-from conveyor.graph_settings import apply_shuffle_settings
-from conveyor.loader_args import (
-    check_on_error,
-    check_snapshot_steps,
+from conveyor.engine.worker_kind import (
+    MultiprocessingContext,
+    WorkerOptions,
     check_worker_args,
     resolve_context,
-    resolve_worker_type,
-    warn_if_cuda_before_fork,
-    warn_if_too_many_workers,
 )
-from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
+from conveyor.loader_args import resolve_sampling
+from conveyor.sampler import Sampler
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
 from conveyor.stats.counters import LoaderStats, StepClock
-from conveyor.string_table import warn_copy_on_read
-from conveyor.torch_compat import is_iterable_style
+from conveyor.torch_compat import DatasetKind as _DatasetKind
+from conveyor.torch_compat import TorchDataLoader, is_iterable_style
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
 T_co = TypeVar("T_co", covariant=True)
+V = TypeVar("V")
 
 _FROZEN_AFTER_INIT = frozenset(
     ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 )
 
 
-class _InfiniteConstantSampler(Sampler[None]):
-    """Yields ``None`` forever: iterable-style datasets ignore indices."""
+class _Option(Generic[V]):
+    """A DataLoader attribute kept in its `LoaderOptions`. Reading it is a lookup; setting
+    it replaces the concern it belongs to, which checks itself again."""
 
-    def __iter__(self) -> Any:
-        while True:
-            yield None
+    def __init__(self, concern: str, field: str = "") -> None:
+        self._concern = concern
+        self._field = field
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = self._field or name
+
+    @overload
+    def __get__(self, loader: None, owner: type) -> _Option[V]: ...
+
+    @overload
+    def __get__(self, loader: DataLoader[Any], owner: type) -> V: ...
+
+    def __get__(self, loader: DataLoader[Any] | None, owner: type) -> V | _Option[V]:
+        if loader is None:
+            return self
+        options = loader._options
+        part = getattr(options, self._concern) if self._concern else options
+        value: V = getattr(part, self._field)
+        return value
+
+    def __set__(self, loader: DataLoader[Any], value: V) -> None:
+        loader._options = loader._options.replace(self._concern, **{self._field: value})
 
 
-class DataLoader(Generic[T_co]):
-    """Same as `torch.utils.data.DataLoader`.
+class DataLoader(TorchDataLoader[T_co]):
+    """Same as `torch.utils.data.DataLoader`, and a subclass of it (none of its code runs).
 
     Differences (additions only):
         worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
@@ -81,15 +100,28 @@ class DataLoader(Generic[T_co]):
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 
-    dataset: Dataset[T_co]
-    batch_size: int | None
-    num_workers: int
-    pin_memory: bool
-    drop_last: bool
-    timeout: float
-    sampler: Sampler[Any] | Iterable[Any]
-    prefetch_factor: int | None
+    dataset = _Option[Dataset[T_co]]("data")
+    batch_size = _Option[int | None]("data")
+    sampler = _Option[Sampler[Any] | Iterable[Any]]("data")
+    batch_sampler = _Option[Sampler[list[Any]] | Iterable[list[Any]] | None]("data")
+    drop_last = _Option[bool]("data")
+    collate_fn = _Option[Callable[[Any], Any]]("data")
+    generator = _Option[torch.Generator | None]("data")
+    num_workers = _Option[int]("workers")
+    prefetch_factor = _Option[int | None]("workers")
+    worker_init_fn = _Option[Callable[[int], None] | None]("workers")
+    persistent_workers = _Option[bool]("workers")
+    timeout = _Option[float]("workers", "timeout_s")
+    in_order = _Option[bool]("workers")
+    pin_memory = _Option[bool]("pin", "enabled")
+    pin_memory_device = _Option[str]("pin", "device")
+    on_error = _Option[str]("errors")
+    max_skipped = _Option[int | None]("errors")
+    fullsync = _Option[bool]("")
+    profile_stages = _Option[bool]("")
+    snapshot_every_n_steps = _Option[int | None]("")
 
+    _options: LoaderOptions
     __initialized = False
 
     def __init__(
@@ -105,7 +137,7 @@ class DataLoader(Generic[T_co]):
         drop_last: bool = False,
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
-        multiprocessing_context: str | BaseContext | None = None,
+        multiprocessing_context: str | MultiprocessingContext | None = None,
         generator: torch.Generator | None = None,
         *,
         prefetch_factor: int | None = None,
@@ -120,187 +152,124 @@ class DataLoader(Generic[T_co]):
         max_skipped: int | None = None,
         profile_stages: bool = False,
     ) -> None:
+        # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
-        self.snapshot_every_n_steps = snapshot_every_n_steps
         check_worker_args(num_workers, timeout, prefetch_factor, persistent_workers)
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
-        self.dataset = dataset
-        self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
-        self.pin_memory = pin_memory
-        self.pin_memory_device = pin_memory_device
-        self.timeout = timeout
-        self.worker_init_fn = worker_init_fn
-        self.worker_type = resolve_worker_type(worker_type, worker_method)
-        self.multiprocessing_context = multiprocessing_context
-        self.in_order = in_order
-        self.fullsync = fullsync
-
-        self._iterable_style = is_iterable_style(dataset)
-        self.on_error = on_error
-        self.max_skipped = max_skipped
-        self._skip_bad = check_on_error(on_error, max_skipped, self._iterable_style)
-        if profile_stages and not isinstance(dataset, IterDataPipe):
-            raise ValueError(
-                "profile_stages=True times the stages of a DataPipe graph; this dataset is "
-                f"a {type(dataset).__name__}. Time __getitem__ with stats() instead."
-            )
-        self.profile_stages = profile_stages
-        shuffle = self._check_dataset_kind(dataset, shuffle, sampler, batch_sampler)
-        if sampler is not None and shuffle:
-            raise ValueError("sampler option is mutually exclusive with shuffle")
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError(
-                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
-                    "sampler, and drop_last"
-                )
-            batch_size = None
-            drop_last = False
-        elif batch_size is None and drop_last:
-            raise ValueError(
-                "batch_size=None option disables auto-batching and is mutually exclusive "
-                "with drop_last"
-            )
-        if sampler is None:
-            sampler = self._default_sampler(dataset, bool(shuffle), generator)
-        if batch_size is not None and batch_sampler is None:
-            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self.generator = generator
-        if collate_fn is None:
-            collate_fn = default_collate if batch_sampler is not None else default_convert
-        self.collate_fn = collate_fn
-        self.persistent_workers = persistent_workers
+        workers = WorkerOptions(
+            kind=worker_kind(resolve_worker_type(worker_type, worker_method)),
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=resolve_context(multiprocessing_context, num_workers),
+            worker_init_fn=worker_init_fn,
+            persistent_workers=persistent_workers,
+            timeout_s=timeout,
+            in_order=in_order,
+        )
+        errors = ErrorOptions(on_error, max_skipped)
+        iterable_style = is_iterable_style(dataset)
+        data = resolve_sampling(
+            dataset,
+            iterable_style,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            drop_last,
+            generator,
+            collate_fn,
+        )
+        self._options = LoaderOptions(
+            data=data,
+            workers=workers,
+            pin=PinOptions(pin_memory, pin_memory_device),
+            errors=errors,
+            fullsync=fullsync,
+            profile_stages=profile_stages,
+            snapshot_every_n_steps=snapshot_every_n_steps,
+        )
         self._IterableDataset_len_called: int | None = None
         self._iterator: LoaderIterator | None = None
         self._collectives = RankCollectives()
         self._resume: Resume | None = None
-        self._warned_copy_on_read = False
         self._warned_unsharded = False
-        self._zygote: Zygote | None = None  # spawn/forkserver: forks each epoch's workers
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
         self.__initialized = True
         self.check_worker_number_rationality()
 
-    # ------------------------------------------------------------ validation
-    def _check_dataset_kind(
-        self, dataset: Any, shuffle: bool | None, sampler: Any, batch_sampler: Any
-    ) -> bool | None:
-        if not self._iterable_style:
-            return bool(shuffle)
-        if isinstance(dataset, IterDataPipe):
-            if shuffle is not None:
-                apply_shuffle_settings(dataset, shuffle=shuffle)
-        elif shuffle not in (False, None):
-            raise ValueError(
-                "DataLoader with IterableDataset: expected unspecified shuffle option, "
-                f"but got shuffle={shuffle}"
-            )
-        if sampler is not None:
-            raise ValueError(
-                "DataLoader with IterableDataset: expected unspecified sampler option, "
-                f"but got sampler={sampler}"
-            )
-        if batch_sampler is not None:
-            raise ValueError(
-                "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
-                f"but got batch_sampler={batch_sampler}"
-            )
-        return shuffle
-
-    def _default_sampler(
-        self, dataset: Any, shuffle: bool, generator: torch.Generator | None
-    ) -> Sampler[Any]:
-        if self._iterable_style:
-            return _InfiniteConstantSampler()
-        if shuffle:
-            return RandomSampler(dataset, generator=generator)
-        return SequentialSampler(dataset)
-
+    # ------------------------------------------------------------ attributes
     @property
-    def multiprocessing_context(self) -> BaseContext | None:
-        return self.__multiprocessing_context
+    def multiprocessing_context(self) -> MultiprocessingContext | None:
+        return self._options.workers.multiprocessing_context
 
     @multiprocessing_context.setter
-    def multiprocessing_context(self, context: str | BaseContext | None) -> None:
-        self.__multiprocessing_context = resolve_context(context, self.num_workers)
+    def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
+        resolved = resolve_context(context, self.num_workers)
+        self._options = self._options.replace("workers", multiprocessing_context=resolved)
+
+    @property
+    def worker_type(self) -> str:
+        """``"process"`` or ``"thread"``: the kind of this loader's workers."""
+        return self._options.workers.kind.name
+
+    @worker_type.setter
+    def worker_type(self, name: str) -> None:
+        old = self._options.workers.kind
+        self._options = self._options.replace("workers", kind=worker_kind(name))
+        old.close()
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__initialized and name in _FROZEN_AFTER_INIT:
             raise ValueError(
                 f"{name} attribute should not be set after {type(self).__name__} is initialized"
             )
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)  # not torch's __setattr__
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""
-        if self.num_workers and self.worker_type != "thread":
-            warn_if_too_many_workers(self.num_workers)
+        self._options.workers.kind.check_count(self.num_workers)
 
     # ------------------------------------------------------------- iteration
     @property
     def _auto_collation(self) -> bool:
-        return self.batch_sampler is not None
+        return self._options.data.auto_collation
 
     @property
     def _index_sampler(self) -> Iterable[Any]:
-        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+        return self._options.data.index_sampler
 
-    def _plan(self) -> LoadPlan:
-        workers = None
-        if self.num_workers > 0:
-            assert self.prefetch_factor is not None
-            workers = WorkerOptions(
-                num_workers=self.num_workers,
-                prefetch_factor=self.prefetch_factor,
-                worker_type=self.worker_type,
-                multiprocessing_context=self.multiprocessing_context,
-                worker_init_fn=self.worker_init_fn,
-                persistent_workers=self.persistent_workers,
-                timeout_s=float(self.timeout),
-                in_order=self.in_order,
-            )
-        graph_hook = draw_shared_seed = None
-        if isinstance(self.dataset, IterDataPipe):
-            world_size, rank = world_and_rank()
-            if not self._warned_unsharded:
-                self._warned_unsharded = True
-                warn_if_unsharded(self.dataset, max(1, self.num_workers) * world_size)
-            graph_hook = functools.partial(
+    @property
+    def _dataset_kind(self) -> int:
+        """torch's ``_DatasetKind.Map`` (0) or ``_DatasetKind.Iterable`` (1)."""
+        return _DatasetKind.Iterable if self._options.data.iterable_style else _DatasetKind.Map
+
+    def _hooks(self) -> EpochHooks:
+        """DataPipe graphs: shard and seed per worker and rank; fullsync's collective."""
+        all_ranks_have = self._collectives.all_have if self.fullsync else None
+        dataset = self.dataset
+        if not isinstance(dataset, IterDataPipe):
+            return EpochHooks(all_ranks_have=all_ranks_have)
+        world_size, rank = world_and_rank()
+        if not self._warned_unsharded:
+            self._warned_unsharded = True
+            warn_if_unsharded(dataset, max(1, self.num_workers) * world_size)
+        collectives = self._collectives
+
+        def draw_shared_seed(generator: torch.Generator | None) -> int:
+            return collectives.agree_seed(draw_base_seed(generator))
+
+        return EpochHooks(
+            prepare_graph=functools.partial(
                 prepare_graph,
                 world_size=world_size,
                 rank=rank,
-                private_copy=self.worker_type == "thread",
-            )
-            collectives = self._collectives
-
-            def draw_shared_seed(generator: torch.Generator | None) -> int:
-                return collectives.agree_seed(draw_base_seed(generator))
-
-        return LoadPlan(
-            dataset=self.dataset,
-            iterable_style=self._iterable_style,
-            auto_collation=self._auto_collation,
-            collate_fn=self.collate_fn,
-            drop_last=self.drop_last,
-            index_sampler=self._index_sampler,
-            generator=self.generator,
-            pin_memory=self.pin_memory,
-            pin_memory_device=self.pin_memory_device,
-            workers=workers,
-            graph_hook=graph_hook,
+                private_copy=self._options.workers.kind.private_copies,
+            ),
             draw_shared_seed=draw_shared_seed,
-            all_ranks_have=self._collectives.all_have if self.fullsync else None,
-            skip_bad_samples=self._skip_bad,
-            max_skipped=self.max_skipped,
             stage_timers=StageTimers if self.profile_stages else None,
+            all_ranks_have=all_ranks_have,
         )
 
     def _get_iterator(self) -> LoaderIterator:
@@ -310,22 +279,13 @@ class DataLoader(Generic[T_co]):
             loader = ref()
             return None if loader is None else loader._IterableDataset_len_called
 
-        plan = self._plan()
+        plan = LoadPlan(self._options, self._hooks())
         resume, self._resume = self._resume, None
-        if plan.workers is None:
+        workers = plan.options.workers
+        if workers.num_workers == 0:
             return SingleProcessIterator(plan, len_hint, resume)
-        self.check_worker_number_rationality()
-        if self.worker_type == "process" and not self._warned_copy_on_read:
-            self._warned_copy_on_read = True
-            warn_copy_on_read(self.dataset)
-            warn_if_cuda_before_fork(self.multiprocessing_context)
-        zygote = None
-        if uses_zygote(plan.workers):
-            if self._zygote is None:
-                context = self.multiprocessing_context or multiprocessing.get_context()
-                self._zygote = Zygote(context)
-            zygote = self._zygote
-        return MultiWorkerIterator(plan, len_hint, resume, zygote=zygote)
+        workers.kind.check_start(self.dataset, workers)
+        return MultiWorkerIterator(plan, len_hint, resume)
 
     def __iter__(self) -> LoaderIterator:
         if not (self.persistent_workers and self.num_workers > 0):
@@ -379,7 +339,7 @@ class DataLoader(Generic[T_co]):
             self._iterator = None
 
     def __len__(self) -> int:
-        if not self._iterable_style:
+        if not self._options.data.iterable_style:
             return len(self._index_sampler)  # type: ignore[arg-type]
         length = len(self.dataset)  # type: ignore[arg-type]
         self._IterableDataset_len_called = length

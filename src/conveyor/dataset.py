@@ -1,7 +1,9 @@
 """Datasets: same names and semantics as ``torch.utils.data.dataset``.
 
-Composite datasets (`ConcatDataset`, `ChainDataset`, `Subset`, ...) accept members that
-subclass torch's own dataset classes too, so code can switch imports one file at a time.
+Each class subclasses its torch counterpart (``isinstance(conveyor.Subset(...),
+torch.utils.data.Subset)`` holds) and overrides every method torch defines. Composite
+datasets accept members that are torch's own datasets too, so code can switch imports one
+file at a time.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ import itertools
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence, Sized
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
 
-from conveyor.torch_compat import is_iterable_style
+from conveyor.torch_compat import (
+    TorchChainDataset,
+    TorchConcatDataset,
+    TorchDataset,
+    TorchIterableDataset,
+    TorchStackDataset,
+    TorchSubset,
+    TorchTensorDataset,
+    is_iterable_style,
+)
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -33,7 +44,7 @@ __all__ = [
 ]
 
 
-class Dataset(Generic[T_co]):
+class Dataset(TorchDataset[T_co]):
     """A map from keys to samples. Same as `torch.utils.data.Dataset`.
 
     Subclasses implement ``__getitem__`` and usually ``__len__``; an optional
@@ -43,11 +54,11 @@ class Dataset(Generic[T_co]):
     def __getitem__(self, index: Any) -> T_co:
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
 
-    def __add__(self, other: Dataset[T_co]) -> Dataset[T_co]:
+    def __add__(self, other: TorchDataset[T_co]) -> ConcatDataset[T_co]:
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset[T_co], Iterable[T_co]):
+class IterableDataset(Dataset[T_co], TorchIterableDataset[T_co]):
     """A stream of samples. Same as `torch.utils.data.IterableDataset`.
 
     With ``num_workers > 0`` every worker iterates its own copy; use
@@ -57,7 +68,7 @@ class IterableDataset(Dataset[T_co], Iterable[T_co]):
     def __iter__(self) -> Iterator[T_co]:
         raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
 
-    def __add__(self, other: Dataset[T_co]) -> Dataset[T_co]:
+    def __add__(self, other: TorchDataset[T_co]) -> ChainDataset[T_co]:  # type: ignore[override]
         return ChainDataset([self, other])
 
 
@@ -75,7 +86,7 @@ def _fetch_many(dataset: object, indices: list[Any]) -> list[Any]:
     return [getitem(index) for index in indices]
 
 
-class TensorDataset(Dataset[tuple[Tensor, ...]]):
+class TensorDataset(Dataset[tuple[Tensor, ...]], TorchTensorDataset):
     """Samples are rows of tensors. Same as `torch.utils.data.TensorDataset`.
 
     Difference: calling it with no tensors raises `ValueError` (torch: `IndexError`).
@@ -98,7 +109,7 @@ class TensorDataset(Dataset[tuple[Tensor, ...]]):
         return self.tensors[0].size(0)
 
 
-class StackDataset(Dataset[Any]):
+class StackDataset(Dataset[Any], TorchStackDataset[Any]):
     """Zips datasets of equal length. Same as `torch.utils.data.StackDataset`.
 
     ``StackDataset(a, b)[i] == (a[i], b[i])`` and ``StackDataset(x=a, y=b)[i] ==
@@ -148,13 +159,13 @@ class StackDataset(Dataset[Any]):
         return self._length
 
 
-class ConcatDataset(Dataset[T_co]):
+class ConcatDataset(Dataset[T_co], TorchConcatDataset[T_co]):
     """Datasets one after another. Same as `torch.utils.data.ConcatDataset`.
 
     Difference: an index past the end raises `IndexError` with a message naming the length.
     """
 
-    datasets: list[Dataset[T_co]]
+    datasets: list[TorchDataset[T_co]]
     cumulative_sizes: list[int]
 
     @staticmethod
@@ -162,7 +173,7 @@ class ConcatDataset(Dataset[T_co]):
         """Running totals of the members' lengths (the end offset of each member)."""
         return list(itertools.accumulate(_len(member) for member in sequence))
 
-    def __init__(self, datasets: Iterable[Dataset[T_co]]) -> None:
+    def __init__(self, datasets: Iterable[TorchDataset[T_co]]) -> None:
         self.datasets = list(datasets)
         if not self.datasets:
             raise AssertionError("datasets should not be an empty iterable")
@@ -198,15 +209,15 @@ class ConcatDataset(Dataset[T_co]):
         return self.cumulative_sizes
 
 
-class ChainDataset(IterableDataset[T_co]):
+class ChainDataset(IterableDataset[T_co], TorchChainDataset):
     """Iterable datasets one after another. Same as `torch.utils.data.ChainDataset`.
 
     Members are checked lazily, as in torch: a map-style member raises `AssertionError`
     when iteration or ``len()`` reaches it.
     """
 
-    def __init__(self, datasets: Iterable[Dataset[T_co]]) -> None:
-        self.datasets = datasets
+    def __init__(self, datasets: Iterable[TorchDataset[T_co]]) -> None:
+        self.datasets: Iterable[TorchDataset[T_co]] = datasets
 
     def __iter__(self) -> Iterator[T_co]:
         for member in self.datasets:
@@ -216,13 +227,13 @@ class ChainDataset(IterableDataset[T_co]):
         return sum(_len(_iterable_member(member)) for member in self.datasets)
 
 
-def _iterable_member(member: Dataset[T]) -> Iterable[T]:
+def _iterable_member(member: TorchDataset[T]) -> Iterable[T]:
     if not is_iterable_style(member):
         raise AssertionError("ChainDataset only supports IterableDataset")
     return cast(Iterable[T], member)
 
 
-class Subset(Dataset[T_co]):
+class Subset(Dataset[T_co], TorchSubset[T_co]):
     """The samples of ``dataset`` at ``indices``. Same as `torch.utils.data.Subset`.
 
     ``__getitems__`` forwards the mapped indices to ``dataset.__getitems__`` when present.

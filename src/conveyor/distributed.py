@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from conveyor.sampler import Sampler, _chunked
+from conveyor.torch_compat import TorchDistributedSampler
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -41,7 +42,7 @@ def _from_process_group(argument: str) -> tuple[int, int]:
 
 
 @_chunked
-class DistributedSampler(Sampler[T_co]):
+class DistributedSampler(Sampler[T_co], TorchDistributedSampler[T_co]):
     """This rank's share of the dataset's indices. Same as `torch.utils.data.DistributedSampler`.
 
     Every rank sees ``ceil(len / num_replicas)`` indices (``floor`` with ``drop_last``);
@@ -50,6 +51,8 @@ class DistributedSampler(Sampler[T_co]):
     called. Difference: with neither the arguments nor an initialised process group, raises
     `ProcessGroupNotInitializedError` (a `RuntimeError` and a `ValueError`).
     """
+
+    dataset: Sized  # type: ignore[assignment]  # torch says Dataset; any sized object works
 
     def __init__(
         self,

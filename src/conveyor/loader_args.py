@@ -1,135 +1,108 @@
-"""DataLoader argument checks, with torch's messages (and conveyor's own arguments)."""
+"""DataLoader's dataset and sampler arguments: torch's checks and defaults, torch's messages.
+
+`resolve_sampling` turns ``(dataset, batch_size, shuffle, sampler, batch_sampler,
+drop_last, generator, collate_fn)`` into the loader's `DataOptions`; the other concerns
+check themselves (`conveyor.engine.options`, `conveyor.engine.worker_kind`).
+"""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import warnings
-from multiprocessing.context import BaseContext
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
-WORKER_TYPES = ("process", "thread")
+from conveyor.collate import default_collate, default_convert
+from conveyor.datapipes.base import IterDataPipe
+from conveyor.datapipes.settings import apply_shuffle_settings
+from conveyor.engine.options import DataOptions
+from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+
+__all__ = ["InfiniteConstantSampler", "resolve_sampling"]
 
 
-def warn_if_too_many_workers(num_workers: int) -> None:
-    """torch's warning when more worker processes are asked for than CPUs are usable."""
-    try:
-        suggested: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:
-        suggested = os.cpu_count()
-    if suggested is not None and num_workers <= suggested:
-        return
-    detail = (
-        f"Our suggested max number of worker in current system is {suggested}, which is "
-        "smaller than what this DataLoader is going to create."
-        if suggested is not None
-        else "DataLoader is not able to compute a suggested max number of worker."
-    )
-    warnings.warn(
-        f"This DataLoader will create {num_workers} worker processes in total. "
-        f"{detail} Please be aware that excessive worker creation might get DataLoader "
-        "running slow or even freeze, lower the worker number to avoid potential "
-        "slowness/freeze if necessary.",
-        UserWarning,
-        stacklevel=4,
-    )
+class InfiniteConstantSampler(Sampler[None]):
+    """Yields ``None`` forever: iterable-style datasets ignore indices."""
+
+    def __iter__(self) -> Any:
+        while True:
+            yield None
 
 
-def warn_if_cuda_before_fork(context: BaseContext | None) -> None:
-    """Forked workers cannot use CUDA once the parent initialised it: say so up front."""
-    method = (context or multiprocessing.get_context()).get_start_method()
-    if method == "fork" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        warnings.warn(
-            "CUDA is initialised in this process and the DataLoader's workers will be forked: "
-            "any CUDA call in a worker fails ('Cannot re-initialize CUDA in forked "
-            "subprocess'). Keep CUDA out of the dataset, or pass "
-            "multiprocessing_context='spawn' (conveyor starts spawn workers from one zygote, "
-            "so it stays fast).",
-            UserWarning,
-            stacklevel=4,
-        )
-
-
-def resolve_context(context: str | BaseContext | None, num_workers: int) -> BaseContext | None:
-    """Validate ``multiprocessing_context`` as torch does; a start method name becomes a context."""
-    if context is None:
-        return None
-    if num_workers == 0:
-        raise ValueError(
-            "multiprocessing_context can only be used with multi-process loading "
-            f"(num_workers > 0), but got num_workers={num_workers}"
-        )
-    if isinstance(context, str):
-        methods = multiprocessing.get_all_start_methods()
-        if context not in methods:
-            raise ValueError(
-                "multiprocessing_context option should specify a valid start method "
-                f"in {methods!r}, but got multiprocessing_context={context!r}"
-            )
-        return multiprocessing.get_context(context)
-    if not isinstance(context, BaseContext):
-        raise TypeError(
-            "multiprocessing_context option should be a valid context object or a "
-            f"string specifying the start method, but got multiprocessing_context={context}"
-        )
-    return context
-
-
-def check_worker_args(
-    num_workers: int, timeout: float, prefetch_factor: int | None, persistent_workers: bool
+def _check_stream_arguments(
+    dataset: Any, shuffle: bool | None, sampler: Any, batch_sampler: Any
 ) -> None:
-    if num_workers < 0:
+    """Iterable-style datasets take no sampler; DataPipe graphs take ``shuffle``."""
+    if isinstance(dataset, IterDataPipe):
+        if shuffle is not None:
+            apply_shuffle_settings(dataset, shuffle=shuffle)
+    elif shuffle not in (False, None):
         raise ValueError(
-            "num_workers option should be non-negative; use num_workers=0 to disable "
-            "multiprocessing."
+            "DataLoader with IterableDataset: expected unspecified shuffle option, "
+            f"but got shuffle={shuffle}"
         )
-    if timeout < 0:
-        raise ValueError("timeout option should be non-negative")
-    if num_workers == 0 and prefetch_factor is not None:
+    if sampler is not None:
         raise ValueError(
-            "prefetch_factor option could only be specified in multiprocessing. Let "
-            "num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+            "DataLoader with IterableDataset: expected unspecified sampler option, "
+            f"but got sampler={sampler}"
         )
-    if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
-    if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0")
-
-
-def check_snapshot_steps(steps: int | None) -> None:
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0):
+    if batch_sampler is not None:
         raise ValueError(
-            "snapshot_every_n_steps should be a positive integer or None, but got "
-            f"snapshot_every_n_steps={steps!r}"
+            "DataLoader with IterableDataset: expected unspecified batch_sampler option, "
+            f"but got batch_sampler={batch_sampler}"
         )
 
 
-def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:
-    if worker_type is not None and worker_method is not None and worker_type != worker_method:
-        raise ValueError(
-            f"worker_type={worker_type!r} and its alias worker_method={worker_method!r} "
-            "disagree; pass only worker_type"
-        )
-    chosen = worker_type or worker_method or "process"
-    if chosen not in WORKER_TYPES:
-        raise ValueError(f"worker_type should be one of {WORKER_TYPES}, but got {chosen!r}")
-    return chosen
+def _default_sampler(
+    dataset: Any, iterable_style: bool, shuffle: bool, generator: torch.Generator | None
+) -> Sampler[Any]:
+    if iterable_style:
+        return InfiniteConstantSampler()
+    if shuffle:
+        return RandomSampler(dataset, generator=generator)
+    return SequentialSampler(dataset)
 
 
-ON_ERROR_POLICIES = ("raise", "skip")
-
-
-def check_on_error(on_error: str, max_skipped: int | None, iterable_style: bool) -> bool:
-    """Validate the bad-sample policy; returns whether bad samples are skipped."""
-    if on_error not in ON_ERROR_POLICIES:
-        raise ValueError(f"on_error should be one of {ON_ERROR_POLICIES}, but got {on_error!r}")
-    if max_skipped is not None and (not isinstance(max_skipped, int) or max_skipped < 0):
-        raise ValueError(f"max_skipped should be None or an int >= 0, but got {max_skipped!r}")
-    if on_error == "skip" and iterable_style:
-        raise ValueError(
-            "on_error='skip' applies to map-style datasets: a stream cannot go on after its "
-            "iterator raised. Give the stream its own policy (e.g. "
-            "conveyor.TarShards(..., on_error='skip'))."
-        )
-    return on_error == "skip"
+def resolve_sampling(
+    dataset: Any,
+    iterable_style: bool,
+    batch_size: int | None,
+    shuffle: bool | None,
+    sampler: Sampler[Any] | Iterable[Any] | None,
+    batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None,
+    drop_last: bool,
+    generator: torch.Generator | None,
+    collate_fn: Callable[[Any], Any] | None,
+) -> DataOptions:
+    """torch's rules: mutual exclusions, default samplers, the batch sampler, collate."""
+    if iterable_style:
+        _check_stream_arguments(dataset, shuffle, sampler, batch_sampler)
+    else:
+        shuffle = bool(shuffle)
+    if sampler is not None and shuffle:
+        raise ValueError("sampler option is mutually exclusive with shuffle")
+    if batch_sampler is not None:
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError(
+                "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                "sampler, and drop_last"
+            )
+        batch_size = None
+        drop_last = False
+    if sampler is None:
+        sampler = _default_sampler(dataset, iterable_style, bool(shuffle), generator)
+    if batch_size is not None and batch_sampler is None:
+        batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+    if collate_fn is None:
+        collate_fn = default_collate if batch_sampler is not None else default_convert
+    return DataOptions(
+        dataset=dataset,
+        sampler=sampler,
+        batch_sampler=batch_sampler,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        collate_fn=collate_fn,
+        generator=generator,
+        iterable_style=iterable_style,
+        is_graph=isinstance(dataset, IterDataPipe),
+    )

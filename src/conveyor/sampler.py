@@ -14,9 +14,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
+
+from conveyor.torch_compat import (
+    TorchBatchSampler,
+    TorchRandomSampler,
+    TorchSampler,
+    TorchSequentialSampler,
+    TorchSubsetRandomSampler,
+    TorchWeightedRandomSampler,
+)
 
 T_co = TypeVar("T_co", covariant=True)
 SamplerClass = TypeVar("SamplerClass", bound="type[Sampler[Any]]")
@@ -42,8 +51,9 @@ def _chunked(cls: SamplerClass) -> SamplerClass:
     return cls
 
 
-class Sampler(Generic[T_co]):
-    """Base class of index samplers. Same as `torch.utils.data.Sampler`.
+class Sampler(TorchSampler[T_co]):
+    """Base class of index samplers. Same as `torch.utils.data.Sampler` (and a subclass of it,
+    as is every sampler here).
 
     Subclasses implement ``__iter__`` and may implement ``__len__``. There is deliberately
     no default ``__len__``: ``list(sampler)`` and friends fall back to ``__iter__`` only
@@ -54,7 +64,7 @@ class Sampler(Generic[T_co]):
         raise NotImplementedError
 
 
-class SequentialSampler(Sampler[int]):
+class SequentialSampler(Sampler[int], TorchSequentialSampler):
     """``0, 1, ..., len(data_source) - 1``. Same as `torch.utils.data.SequentialSampler`."""
 
     data_source: Sized
@@ -90,7 +100,7 @@ def _own_generator() -> torch.Generator:
     return generator
 
 
-class RandomSampler(_ChunkedSampler):
+class RandomSampler(_ChunkedSampler, TorchRandomSampler):
     """Random indices. Same as `torch.utils.data.RandomSampler`.
 
     Without replacement, ``num_samples > len(data_source)`` concatenates fresh permutations.
@@ -154,7 +164,7 @@ class RandomSampler(_ChunkedSampler):
         return self.num_samples
 
 
-class SubsetRandomSampler(_ChunkedSampler):
+class SubsetRandomSampler(_ChunkedSampler, TorchSubsetRandomSampler):
     """``indices`` in random order. Same as `torch.utils.data.SubsetRandomSampler`."""
 
     indices: Sequence[int]
@@ -171,7 +181,7 @@ class SubsetRandomSampler(_ChunkedSampler):
         return len(self.indices)
 
 
-class WeightedRandomSampler(_ChunkedSampler):
+class WeightedRandomSampler(_ChunkedSampler, TorchWeightedRandomSampler):
     """Indices drawn with probability proportional to ``weights``.
 
     Same as `torch.utils.data.WeightedRandomSampler`. Difference: weights that
@@ -232,7 +242,7 @@ def _check_weights(weights: torch.Tensor, num_samples: int, replacement: bool) -
         )
 
 
-class BatchSampler(Sampler[list[int]]):
+class BatchSampler(Sampler[list[int]], TorchBatchSampler):
     """Groups another sampler's indices into lists. Same as `torch.utils.data.BatchSampler`.
 
     ``sampler`` may be any iterable of indices; the built-in random samplers and

@@ -103,7 +103,7 @@ def copy_on_read_risks(dataset: object) -> list[str]:
     ]
 
 
-def warn_copy_on_read(dataset: object) -> None:
+def warn_copy_on_read(dataset: object, stacklevel: int = 4) -> None:
     """Say so when worker processes are about to copy a huge Python container each."""
     names = copy_on_read_risks(dataset)
     if names:
@@ -113,5 +113,5 @@ def warn_copy_on_read(dataset: object) -> None:
             "object writes its reference count; pytorch#13246). Keep them in a NumPy array, "
             "or wrap lists of str/bytes in conveyor.StringTable, to share one copy.",
             UserWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )

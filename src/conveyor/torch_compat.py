@@ -1,43 +1,118 @@
-"""Interoperation with user code written against ``torch.utils.data``.
+"""The one module that imports ``torch.utils.data``: torch's base classes and globals.
 
-Users switching imports keep datasets that subclass torch's classes and call
-``torch.utils.data.get_worker_info()``. conveyor never imports ``torch.utils.data``
-to do its work; ``import torch`` has already loaded it, so this module only *looks it
-up* in ``sys.modules`` to recognise torch's dataset classes and to publish the
-worker info where torch-style code reads it.
+conveyor's public classes subclass the torch classes named here, so that every
+``isinstance`` check in frameworks and user code holds both ways (a conveyor dataset *is* a
+``torch.utils.data.Dataset``, torch's DataLoader accepts conveyor samplers). They override
+every method torch defines, so no ``torch.utils.data`` code runs when conveyor builds a
+loader or loads data; ``tests/unit/test_torch_identity.py`` checks both with a trace hook.
+
+The DataPipe bases are deliberately *not* torch's: torch's ``IterDataPipe`` and
+``MapDataPipe`` carry a metaclass that wraps ``__iter__`` and hooks ``__getattr__``, which
+would run torch's machinery on every pull (see the README's differences).
+
+Apart from the classes, this module reads two torch globals and writes one: the collate
+registry users extend (``torch.utils.data._utils.collate.default_collate_fn_map``), and the
+worker info torch-style code reads with ``torch.utils.data.get_worker_info()``.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-_TORCH_DATASET_MODULE = "torch.utils.data.dataset"
-_TORCH_WORKER_MODULE = "torch.utils.data._utils.worker"
+import torch.utils.data._utils.collate as _torch_collate
+import torch.utils.data._utils.worker as _torch_worker
+from torch.utils.data import BatchSampler as TorchBatchSampler
+from torch.utils.data import ChainDataset as TorchChainDataset
+from torch.utils.data import ConcatDataset as TorchConcatDataset
+from torch.utils.data import Dataset as TorchDataset
+from torch.utils.data import IterableDataset as TorchIterableDataset
+from torch.utils.data import RandomSampler as TorchRandomSampler
+from torch.utils.data import Sampler as TorchSampler
+from torch.utils.data import SequentialSampler as TorchSequentialSampler
+from torch.utils.data import StackDataset as TorchStackDataset
+from torch.utils.data import Subset as TorchSubset
+from torch.utils.data import SubsetRandomSampler as TorchSubsetRandomSampler
+from torch.utils.data import TensorDataset as TorchTensorDataset
+from torch.utils.data import WeightedRandomSampler as TorchWeightedRandomSampler
+from torch.utils.data.distributed import DistributedSampler as TorchDistributedSampler
+
+__all__ = [
+    "DatasetKind",
+    "TorchBatchSampler",
+    "TorchChainDataset",
+    "TorchConcatDataset",
+    "TorchDataLoader",
+    "TorchDataset",
+    "TorchDistributedSampler",
+    "TorchIterableDataset",
+    "TorchRandomSampler",
+    "TorchSampler",
+    "TorchSequentialSampler",
+    "TorchStackDataset",
+    "TorchSubset",
+    "TorchSubsetRandomSampler",
+    "TorchTensorDataset",
+    "TorchWeightedRandomSampler",
+    "is_iterable_style",
+    "publish_worker_info",
+    "torch_worker_info",
+    "user_collate_fns",
+]
+
+_TORCH_MODULE_PREFIX = "torch.utils.data"
+T_co = TypeVar("T_co", covariant=True)
+
+if TYPE_CHECKING:
+
+    class TorchDataLoader(Generic[T_co]):
+        """What type checkers see of torch's DataLoader: identity only. conveyor's loader
+        returns its own iterator types, which torch's annotations would reject."""
+
+else:
+    from torch.utils.data import DataLoader as TorchDataLoader
 
 
-def _torch_attr(module: str, name: str) -> Any:
-    loaded = sys.modules.get(module)
-    return getattr(loaded, name, None) if loaded is not None else None
+class DatasetKind:
+    """The values of torch's ``DataLoader._dataset_kind`` (``_DatasetKind.Map/Iterable``)."""
+
+    Map = 0
+    Iterable = 1
 
 
 def is_iterable_style(dataset: object) -> bool:
-    """True for conveyor or torch iterable-style datasets (and so DataPipes)."""
-    from conveyor.dataset import IterableDataset
-
-    if isinstance(dataset, IterableDataset):
-        return True
-    torch_iterable = _torch_attr(_TORCH_DATASET_MODULE, "IterableDataset")
-    return torch_iterable is not None and isinstance(dataset, torch_iterable)
+    """True for iterable-style datasets: conveyor's and torch's (DataPipes included)."""
+    return isinstance(dataset, TorchIterableDataset)
 
 
 def torch_worker_info() -> Any:
     """What ``torch.utils.data.get_worker_info()`` returns here (a worker of torch's loader)."""
-    return _torch_attr(_TORCH_WORKER_MODULE, "_worker_info")
+    return _torch_worker._worker_info
 
 
 def publish_worker_info(info: object | None) -> None:
     """Make ``torch.utils.data.get_worker_info()`` return ``info`` in this worker too."""
-    module = sys.modules.get(_TORCH_WORKER_MODULE)
-    if module is not None:
-        module._worker_info = info  # type: ignore[attr-defined]
+    _torch_worker._worker_info = info  # type: ignore[assignment]
+
+
+_seen_registry: dict[Any, Callable[..., Any]] = {}
+_seen_user_fns: dict[Any, Callable[..., Any]] = {}
+
+
+def user_collate_fns() -> Mapping[Any, Callable[..., Any]]:
+    """Entries users put in torch's ``default_collate_fn_map``: new types, or torch's types
+    given another function. torch's own functions are left out (conveyor has its own).
+
+    Reads torch's dict on every call (it may change at any time): an unchanged dict costs
+    one dict comparison (~0.25 us), a changed one a scan.
+    """
+    global _seen_registry, _seen_user_fns
+    current = _torch_collate.default_collate_fn_map
+    if current != _seen_registry:
+        _seen_user_fns = {
+            key: fn
+            for key, fn in current.items()
+            if not str(getattr(fn, "__module__", "")).startswith(_TORCH_MODULE_PREFIX)
+        }
+        _seen_registry = dict(current)
+    return _seen_user_fns

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conveyor.engine import messages as msg
+from conveyor.engine.messages import Reply
 from conveyor.engine.pin_thread import PinningPool
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.remote_error import RemoteError
@@ -22,6 +23,7 @@ class FakePool:
     def __init__(self) -> None:
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.sent: list[tuple[int, Any]] = []
+        self.bytes_received = 0
         self.closed = threading.Event()
         self.receiving = threading.Event()
 
@@ -57,14 +59,14 @@ def test_results_are_pinned_in_the_thread_in_arrival_order() -> None:
     inner = FakePool()
     pool = PinningPool(inner, _pin)
     for task_id in range(5):
-        inner.results.put((task_id % 2, (task_id, msg.OK, f"batch{task_id}", None)))
-    inner.results.put((0, (msg.NO_TASK, msg.RESUMED, None, None)))  # not data: passed through
+        inner.results.put((task_id % 2, Reply(task_id, msg.OK, f"batch{task_id}")))
+    inner.results.put((0, Reply(msg.NO_TASK, msg.RESUMED)))  # not data: passed through
     got: list[tuple[int, Any]] = []
     while len(got) < 6:
         got += pool.receive(timeout_s=10)
-    assert [m[0] for _, m in got] == [0, 1, 2, 3, 4, msg.NO_TASK]
-    assert got[3] == (1, (3, msg.OK, ("pinned", "batch3", "conveyor-pin-memory"), None))
-    assert got[5] == (0, (msg.NO_TASK, msg.RESUMED, None, None))
+    assert [m.task_id for _, m in got] == [0, 1, 2, 3, 4, msg.NO_TASK]
+    assert got[3] == (1, Reply(3, msg.OK, ("pinned", "batch3", "conveyor-pin-memory")))
+    assert got[5] == (0, Reply(msg.NO_TASK, msg.RESUMED))
     pool.send(1, "task")
     pool.retire(0)
     assert inner.sent == [(1, "task"), (0, None)]
@@ -75,7 +77,7 @@ def test_results_are_pinned_in_the_thread_in_arrival_order() -> None:
 def test_a_pin_error_is_that_batch_s_error() -> None:
     inner = FakePool()
     pool = PinningPool(inner, _pin)
-    inner.results.put((0, (7, msg.OK, "bad", None)))
+    inner.results.put((0, Reply(7, msg.OK, "bad")))
     [(worker_id, (task_id, status, payload, _))] = pool.receive(timeout_s=10)
     assert (worker_id, task_id, status) == (0, 7, msg.ERROR)
     assert isinstance(payload, RemoteError)

@@ -335,6 +335,7 @@ class Wire:
         self.main = MainEnd(self.config, lambda _worker, m: self.to_worker.append(m))
         self.on_empty: Any = None
         self.worker = WorkerEnd(self.config, 0, self._receive, self.frames.append)
+        self._previous = set_output_allocator(self.worker.allocate)  # as the engine does
 
     def _receive(self) -> Any:
         if not self.to_worker and self.on_empty is not None:
@@ -353,6 +354,7 @@ class Wire:
                 return message[2]
 
     def close(self) -> None:
+        set_output_allocator(self._previous)
         self.worker.close()
         self.main.close()
 

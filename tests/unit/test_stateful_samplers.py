@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -65,14 +66,44 @@ def test_distributed_sampler_roundtrip() -> None:
     _roundtrip(make)
 
 
-def test_wrong_version_is_rejected() -> None:
-    with pytest.raises(ValueError, match="version"):
+def test_invalid_states_are_rejected() -> None:
+    with pytest.raises(ValueError, match="Invalid state_dict"):
         RandomSampler(range(3)).load_state_dict({"version": 0})
+    with pytest.raises(ValueError, match="negative"):
+        StatefulDistributedSampler(range(3), 1, 0).load_state_dict({"yielded": -1})
+    with pytest.raises(ValueError, match="Invalid state_dict"):
+        BatchSampler(range(3), 2, False).load_state_dict({})
+
+
+def test_torchdata_state_layout_and_attributes() -> None:
+    """torchdata 0.11's keys and attributes: code reading or patching them keeps working."""
+    distributed: StatefulDistributedSampler[int] = StatefulDistributedSampler(range(10), 2, 0)
+    assert (distributed.yielded, distributed.next_yielded) == (0, None)
+    it = iter(distributed)
+    next(it)
+    next(it)
+    assert distributed.state_dict() == {"yielded": 2}
+    assert json.loads(json.dumps(distributed.state_dict())) == {"yielded": 2}
+    distributed.load_state_dict({"yielded": 3})
+    assert distributed.next_yielded == 3
+    assert list(distributed) == list(StatefulDistributedSampler(range(10), 2, 0))[3:]
+    assert distributed.yielded == 5
+
+    random = RandomSampler(range(6), generator=torch.Generator().manual_seed(0))
+    batches = BatchSampler(random, 4, drop_last=False)
+    next(iter(batches))
+    state = batches.state_dict()
+    assert set(state) == {"samples_yielded", "sampler_state"}
+    assert state["samples_yielded"] == 4
+    assert set(state["sampler_state"]) == {"yielded", "generator"}
+    assert state["sampler_state"]["yielded"] == 4
 
 
 def test_stateful_dataloader_constructor_and_resume() -> None:
     with pytest.raises(ValueError, match="snapshot_every_n_steps"):
-        StatefulDataLoader(list(range(4)), snapshot_every_n_steps=0)
+        StatefulDataLoader(list(range(4)), snapshot_every_n_steps=-1)
+    # torchdata takes 0 ("only when asked"); every step is exact here anyway
+    assert StatefulDataLoader(list(range(4)), snapshot_every_n_steps=0).snapshot_every_n_steps == 0
 
     def make() -> StatefulDataLoader[int]:
         return StatefulDataLoader(

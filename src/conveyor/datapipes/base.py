@@ -1,52 +1,29 @@
-"""DataPipe base classes, the RFC's non-blocking protocol, and the functional-form registry.
+"""The public DataPipe classes: `IterDataPipe` and `MapDataPipe` with every operation typed.
 
-A DataPipe is a *definition*: its constructor stores configuration and input pipes and does
-no work. Pulling the first item creates a `Cursor`, the runtime state of one pass (epoch),
-through ``_make_cursor(state)``; ``reset()`` drops it, so the next pull starts over.
-Pickling or copying a pipe copies the definition only.
-
-Protocol (RFC #49440):
-- ``nonblocking_next()`` returns the next item, raises ``StopIteration`` at the end, or
-  raises `NotAvailable` when an item is not ready yet (e.g. behind a channel to another
-  thread or process). The exception carries a `Doorbell`; nothing is lost by raising it.
-- ``iter(pipe)`` starts a new epoch (or resumes a state given to ``load_state_dict``) and
-  returns a blocking iterator that waits on that doorbell whenever `NotAvailable` is
-  raised. One iterator per pipe is valid at a time, as in torch; when it is dropped
-  (``break``, ``del``) the run is closed, stopping any threads or processes below it.
-- ``state_dict()`` / ``load_state_dict()``: versioned dicts nesting the inputs' states; a
-  loaded state is resumed by the next pull (or ``iter()``) instead of a fresh start.
-
-Subclasses written in torch's style (``__iter__`` as a generator) work unchanged: they are
-pulled through their generator, and their state is the number of items yielded (restored by
-replaying that many). Nodes of this package implement ``_make_cursor`` instead so that
-`NotAvailable` can pass through them and their state needs no replay.
-
-The functional form (``dp.map(f).batch(4)``) is made of ordinary typed methods, defined in
-`conveyor.datapipes.functional`, so type checkers and IDEs see every operation. Users add
-their own with ``IterDataPipe.register_datapipe_as_function(name, cls)`` exactly as in
-torch; those are found by a ``__getattr__`` that exists only at run time (type checkers do
-not see it, so typos in built-in names are still caught). For a typed call of your own
-operation use ``dp.pipe(MyOp, *args)``.
+torch generates the functional form at import time and ships a generated ``.pyi`` so that
+type checkers see it. Here each operation is an ordinary typed method (``dp.map(f)`` is
+exactly ``Mapper(dp, f)``), which builds its node through the operation registry
+(`conveyor.datapipes.functional`): node modules register themselves when
+``conveyor.datapipes`` is imported, so this module imports none of them and they import
+it freely. The machinery (cursors, state, inputs) is `conveyor.datapipes.node`. Users add
+their own operations with ``IterDataPipe.register_datapipe_as_function(name, cls)`` or
+`functional_datapipe`, as in torch; for a typed call use ``dp.pipe(MyOp, *args)``.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Callable, Hashable
+from typing import IO, Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 from conveyor.datapipes.cursor import (
-    FRESH_STATE,
-    BlockingIterator,
     Cursor,
-    GeneratorCursor,
     SourceCursor,
     StateDict,
     check_version,
     sub_state,
 )
-from conveyor.datapipes.functional import IterFunctional, MapFunctional
-from conveyor.dataset import Dataset, IterableDataset
+from conveyor.datapipes.functional import build
+from conveyor.datapipes.node import DataChunk, IterNode, MapNode
 from conveyor.engine.channel import NotAvailable
 
 __all__ = [
@@ -64,223 +41,258 @@ __all__ = [
     "sub_state",
 ]
 
-T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-_RUNTIME_ATTRS = ("_cursor", "_pending", "_parked", "_iterator_id")
-
-
-class DataChunk(list[T]):
-    """A batch: a list, as yielded by ``batch`` and ``groupby`` (same as torch's DataChunk)."""
-
-    @property
-    def items(self) -> list[T]:
-        """The batch's elements (torch compatibility)."""
-        return list(self)
-
-    def as_str(self, indent: str = "") -> str:
-        """The batch rendered as ``[a, b, c]`` with a leading indent."""
-        return indent + "[" + ", ".join(str(i) for i in self) + "]"
-
-    def raw_iterator(self) -> Iterator[T]:
-        """Iterate the elements."""
-        yield from self
+U = TypeVar("U")
+R = TypeVar("R")
+P = ParamSpec("P")
+Classifier = Callable[[Any], "int | None"]
 
 
-class _Registry:
-    """Functional names registered at run time (torch's API): ``dp.<name>(...)``.
-
-    Each root class (IterDataPipe, MapDataPipe) owns one ``functions`` dict, shared by its
-    subclasses; built-in operations are typed methods, so this serves user extensions.
-    """
-
-    functions: ClassVar[dict[str, Callable[..., Any]]]
-
-    def __repr__(self) -> str:
-        return type(self).__qualname__
-
-    @classmethod
-    def register_function(cls, function_name: str, function: Callable[..., Any]) -> None:
-        """Make ``dp.<function_name>(...)`` call ``function(dp, ...)`` (torch's API)."""
-        cls.functions[function_name] = function
-
-    @classmethod
-    def register_datapipe_as_function(cls, function_name: str, cls_to_register: type) -> None:
-        """Make ``dp.<function_name>(...)`` build ``cls_to_register(dp, ...)`` (torch's API)."""
-        _register(cls, function_name, cls_to_register)
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any:
-            return _lookup(type(self), type(self).functions, self, name)
-
-
-class IterDataPipe(IterableDataset[T_co], IterFunctional[T_co], _Registry):
+class IterDataPipe(IterNode[T_co]):
     """Iterable-style DataPipe; same role as ``torch.utils.data.IterDataPipe``.
 
     Differences from torch: state is explicit (``state_dict``), pulls may be non-blocking
-    (``nonblocking_next``), and subclasses may implement ``_make_cursor`` instead of
-    ``__iter__``. Not thread-safe: one consumer drives a pipe at a time.
+    (``nonblocking_next``), subclasses may implement ``_make_cursor`` instead of
+    ``__iter__`` (see `conveyor.datapipes.node`), and every built-in operation is a typed
+    method. Not thread-safe: one consumer drives a pipe at a time.
     """
 
-    functions: ClassVar[dict[str, Callable[..., Any]]] = {}
-    _iter_fn: ClassVar[Callable[[Any], Any] | None] = None
-    _cursor: Cursor[T_co] | None = None
-    _pending: StateDict | None = None
-    _parked: StateDict | None = None
-    _iterator_id: int = 0
+    def pipe(self, op: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``op(self, *args, **kwargs)``: the typed way to chain an operation of your own."""
+        return op(self, *args, **kwargs)
 
-    # ----- authoring hooks ------------------------------------------------------------
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Adopt a torch-style ``__iter__``: it becomes the source of a generator cursor.
+    # ----- callable / selecting -------------------------------------------------------
+    def map(
+        self, fn: Callable[..., Any], input_col: Any = None, output_col: Any = None
+    ) -> IterDataPipe[Any]:
+        """Apply ``fn`` to every item (or to columns of it); see `iter.Mapper`."""
+        return _iter("iter.map", self, fn, input_col, output_col)
 
-        ``iter(dp)`` then goes through the base class (reset, one valid iterator, closing
-        on ``break``) for these subclasses too, as torch's metaclass hook does.
-        """
-        super().__init_subclass__(**kwargs)
-        user_iter = cls.__dict__.get("__iter__")
-        if user_iter is not None and "_make_cursor" not in cls.__dict__:
-            cls._iter_fn = user_iter
-            cls.__iter__ = IterDataPipe.__iter__  # type: ignore[method-assign]
-            cls._make_cursor = IterDataPipe._make_cursor  # type: ignore[method-assign]
+    def flatmap(
+        self, fn: Callable[..., Any] | None = None, input_col: Any = None
+    ) -> IterDataPipe[Any]:
+        """Apply ``fn`` and yield every element of its result; see `iter.FlatMapper`."""
+        return _iter("iter.flatmap", self, fn, input_col)
 
-    def _make_cursor(self, state: StateDict | None) -> Cursor[T_co]:
-        """Create the runtime of a pass: fresh when ``state`` is None, else resumed."""
-        if type(self)._iter_fn is None:
-            raise NotImplementedError(
-                f"{type(self).__name__} must implement __iter__ (torch style) or _make_cursor"
-            )
-        return GeneratorCursor(self, state)
+    def collate(
+        self,
+        conversion: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+    ) -> IterDataPipe[Any]:
+        """Collate every batch (default: `conveyor.collate.default_collate`)."""
+        return _iter("iter.collate", self, conversion, collate_fn)
 
-    # ----- iteration ------------------------------------------------------------------
-    def __iter__(self) -> Iterator[T_co]:
-        if self._pending is None:
-            self._restart(None)
-        else:
-            self._drop_cursor()
-        self._iterator_id += 1
-        return BlockingIterator(self, self._iterator_id)
+    def filter(self, filter_fn: Callable[..., bool], input_col: Any = None) -> IterDataPipe[T_co]:
+        """Keep the items for which ``filter_fn`` is True; see `iter.Filter`."""
+        return _iter("iter.filter", self, filter_fn, input_col)
 
-    def nonblocking_next(self) -> T_co:
-        """The next item; raises ``StopIteration`` at the end, `NotAvailable` if not ready."""
-        cursor = self._cursor
-        if cursor is None:
-            cursor = self._active_cursor()
-        return cursor.next()
+    def header(self, limit: int | None = 10) -> IterDataPipe[T_co]:
+        """Only the first ``limit`` items; see `iter.Header`."""
+        return _iter("iter.header", self, limit)
 
-    def _active_cursor(self) -> Cursor[T_co]:
-        """The current run's cursor, created (fresh or from a loaded state) if needed."""
-        cursor = self._cursor
-        if cursor is None:
-            state, self._pending, self._parked = self._pending, None, None
-            cursor = self._cursor = self._make_cursor(state)
-        return cursor
+    # ----- grouping -------------------------------------------------------------------
+    def batch(
+        self,
+        batch_size: int,
+        drop_last: bool = False,
+        wrapper_class: type[DataChunk[Any]] | None = None,
+    ) -> IterDataPipe[DataChunk[T_co]]:
+        """Lists of ``batch_size`` items; see `iter.Batcher`."""
+        return _iter("iter.batch", self, batch_size, drop_last, wrapper_class)
 
-    def reset(self) -> None:
-        """Start over: the next pull begins a new epoch (torch's ``reset``)."""
-        self._restart(None)
+    def unbatch(self, unbatch_level: int = 1) -> IterDataPipe[Any]:
+        """Flatten ``unbatch_level`` levels of lists; see `iter.UnBatcher`."""
+        return _iter("iter.unbatch", self, unbatch_level)
 
-    def close(self) -> None:
-        """Release the current run's threads and processes; the next pull starts over."""
-        self._drop_cursor()
+    def groupby(
+        self,
+        group_key_fn: Callable[[Any], Hashable],
+        *,
+        keep_key: bool = False,
+        buffer_size: int = 10000,
+        group_size: int | None = None,
+        guaranteed_group_size: int | None = None,
+        drop_remaining: bool = False,
+    ) -> IterDataPipe[Any]:
+        """Batches of items sharing a key; see `iter.Grouper`."""
+        return _iter(
+            "iter.groupby",
+            self,
+            group_key_fn,
+            keep_key=keep_key,
+            buffer_size=buffer_size,
+            group_size=group_size,
+            guaranteed_group_size=guaranteed_group_size,
+            drop_remaining=drop_remaining,
+        )
 
-    def _restart(self, state: Mapping[str, Any] | None) -> None:
-        """Drop the run; the next pull starts fresh or, given ``state``, resumes from it."""
-        self._drop_cursor()
-        self._parked = None
-        fresh = state is None or bool(state.get("fresh"))
-        self._pending = None if fresh or state is None else dict(state)
+    def bucketbatch(
+        self,
+        batch_size: int,
+        drop_last: bool = False,
+        batch_num: int = 100,
+        sort_key: Callable[[Any], Any] | None = None,
+    ) -> IterDataPipe[DataChunk[T_co]]:
+        """Batches of similar items, via sorted buckets; see `iter.BucketBatcher`."""
+        return _iter("iter.bucketbatch", self, batch_size, drop_last, batch_num, sort_key)
 
-    def _forget(self) -> None:
-        """Drop runtime state *without* closing it (it belongs to another process)."""
-        for key in _RUNTIME_ATTRS:
-            self.__dict__.pop(key, None)
+    def padded_batch(
+        self, batch_size: int, drop_last: bool = False, padding_value: float = 0
+    ) -> IterDataPipe[Any]:
+        """Batches of tensors padded to a common shape and stacked; see `iter.PaddedBatcher`."""
+        return _iter("iter.padded_batch", self, batch_size, drop_last, padding_value)
 
-    def _drop_cursor(self) -> None:
-        cursor, self._cursor = self._cursor, None
-        if cursor is not None:
-            cursor.close()
+    # ----- combining ------------------------------------------------------------------
+    def concat(self, *datapipes: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        """This pipe's items, then each other pipe's; see `iter.Concater`."""
+        return _iter("iter.concat", self, *datapipes)
 
-    def _park(self) -> None:
-        """Close the run but remember its state for ``state_dict()``."""
-        cursor = self._cursor
-        if cursor is None:
-            return
-        try:
-            self._parked = cursor.state()
-        except Exception:
-            self._parked = None
-        self._drop_cursor()
+    def zip(self, *datapipes: IterDataPipe[Any]) -> IterDataPipe[tuple[Any, ...]]:
+        """Tuples of one item from each pipe; see `iter.Zipper`."""
+        return _iter("iter.zip", self, *datapipes)
 
-    # ----- state ----------------------------------------------------------------------
-    def state_dict(self) -> StateDict:
-        """The state after the last item pulled (a fresh-start marker before the first)."""
-        if self._cursor is not None:
-            return self._cursor.state()
-        for kept in (self._pending, self._parked):
-            if kept is not None:
-                return dict(kept)
-        return dict(FRESH_STATE)
+    def mux(self, *datapipes: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        """One item from each pipe in turn; see `iter.Multiplexer`."""
+        return _iter("iter.mux", self, *datapipes)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state`` at the next pull or ``iter()`` (validated then)."""
-        if not isinstance(state, Mapping) or "version" not in state:
-            raise ValueError(f"{type(self).__name__}: a state dict with a 'version' key expected")
-        self._restart(state)
+    def greedy_join(self, *datapipes: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        """Items from whichever pipe has one ready first; see `iter.GreedyJoiner`."""
+        return _iter("iter.greedy_join", self, *datapipes)
 
-    # ----- graph ----------------------------------------------------------------------
-    def is_shardable(self) -> bool:
-        """True for nodes that take ``apply_sharding`` (the RFC's ``is_shardable``)."""
-        return False
+    def fork(
+        self,
+        num_instances: int,
+        buffer_size: int = 1000,
+        copy: Literal["shallow", "deep"] | None = None,
+    ) -> list[IterDataPipe[T_co]]:
+        """``num_instances`` copies of this pipe's stream; see `iter.Forker`."""
+        return _branches("iter.fork", self, num_instances, buffer_size, copy)
 
-    def is_separate_process(self) -> bool:
-        """True for nodes that run their inputs in another process (RFC hint)."""
-        return False
+    def demux(
+        self,
+        num_instances: int,
+        classifier_fn: Classifier,
+        drop_none: bool = False,
+        buffer_size: int = 1000,
+    ) -> list[IterDataPipe[T_co]]:
+        """Split the stream by ``classifier_fn``; see `iter.Demultiplexer`."""
+        return _branches("iter.demux", self, num_instances, classifier_fn, drop_none, buffer_size)
 
-    def datapipe_inputs(self) -> list[DataPipe]:
-        """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+    # ----- order, sharding, repetition ------------------------------------------------
+    def shuffle(self, *, buffer_size: int = 10000, unbatch_level: int = 0) -> IterDataPipe[T_co]:
+        """Buffered, seedable shuffle; see `iter.Shuffler`."""
+        return _iter("iter.shuffle", self, buffer_size=buffer_size, unbatch_level=unbatch_level)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        for key in _RUNTIME_ATTRS:
-            state.pop(key, None)
-        return state
+    def sharding_filter(self, sharding_group_filter: int | None = None) -> IterDataPipe[T_co]:
+        """Every n-th item once sharded by ``apply_sharding``; see `iter.ShardingFilter`."""
+        return _iter("iter.sharding_filter", self, sharding_group_filter)
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    def cycle(self, count: int | None = None) -> IterDataPipe[T_co]:
+        """The whole stream ``count`` times (forever if None); see `iter.Cycler`."""
+        return _iter("iter.cycle", self, count)
+
+    def repeat(self, times: int) -> IterDataPipe[T_co]:
+        """Every item ``times`` times in a row; see `iter.Repeater`."""
+        return _iter("iter.repeat", self, times)
+
+    def in_memory_cache(self, size: int | None = None) -> IterDataPipe[T_co]:
+        """Replay later epochs from memory; see `iter.InMemoryCacheHolder`."""
+        return _iter("iter.in_memory_cache", self, size)
+
+    # ----- concurrency ----------------------------------------------------------------
+    def prefetch(self, buffer_size: int = 10, snapshot_every: int = 1) -> IterDataPipe[T_co]:
+        """Run the pipe up to here in a background thread; see `iter.Prefetcher`."""
+        return _iter("iter.prefetch", self, buffer_size, snapshot_every)
+
+    def run_in_process(
+        self, buffer_size: int = 10, multiprocessing_context: Any = None, snapshot_every: int = 1
+    ) -> IterDataPipe[T_co]:
+        """Run the pipe up to here in a child process; see `iter.ProcessRunner`."""
+        return _iter(
+            "iter.run_in_process", self, buffer_size, multiprocessing_context, snapshot_every
+        )
+
+    # ----- conversion -----------------------------------------------------------------
+    def to_map(
+        self, key_value_fn: Callable[[Any], tuple[Any, Any]] | None = None
+    ) -> MapDataPipe[Any]:
+        """A map-style pipe over ``(key, value)`` pairs; see `iter.IterToMapConverter`."""
+        return _map("iter.to_map", self, key_value_fn)
+
+    # ----- files and tar shards -------------------------------------------------------
+    def list_files(self, masks: str | list[str] = "", **options: Any) -> IterDataPipe[str]:
+        """The files under each root this pipe yields; see `iter.FileLister`."""
+        return _iter("iter.list_files", self, masks, **options)
+
+    def open_files(
+        self, mode: str = "r", encoding: str | None = None, length: int = -1, **options: Any
+    ) -> IterDataPipe[tuple[str, IO[Any]]]:
+        """``(path, stream)`` for every path; see `iter.FileOpener`."""
+        return _iter("iter.open_files", self, mode, encoding, length, **options)
+
+    def read_from_stream(self, chunk: int | None = None) -> IterDataPipe[tuple[str, bytes]]:
+        """``(path, bytes)`` from ``(path, stream)`` pairs; see `iter.StreamReader`."""
+        return _iter("iter.read_from_stream", self, chunk)
+
+    def load_from_tar(
+        self, mode: str = "r:*", length: int = -1, **options: Any
+    ) -> IterDataPipe[tuple[str, Any]]:
+        """``(path, member)`` for every file of every archive; see `iter.TarArchiveLoader`."""
+        return _iter("iter.load_from_tar", self, mode, length, **options)
+
+    def webdataset(self, **options: Any) -> IterDataPipe[dict[str, Any]]:
+        """Tar members grouped into samples by key; see `iter.WebDataset`."""
+        return _iter("iter.webdataset", self, **options)
+
+    def routed_decode(self, *handlers: Callable[..., Any], **options: Any) -> IterDataPipe[Any]:
+        """Data decoded by extension; see `iter.RoutedDecoder`."""
+        return _iter("iter.routed_decode", self, *handlers, **options)
+
+    def decode(self, *handlers: Callable[..., Any], **options: Any) -> IterDataPipe[Any]:
+        """Same as `routed_decode` (WebDataset's name)."""
+        return _iter("iter.decode", self, *handlers, **options)
 
 
-class MapDataPipe(Dataset[T_co], MapFunctional[T_co], _Registry):
+class MapDataPipe(MapNode[T_co]):
     """Map-style DataPipe; same role as ``torch.utils.data.MapDataPipe``.
 
-    Map-style nodes are random-access and keep no iteration state, so their state dict is
-    just ``{"version": 1}``. ``nonblocking_get(index)`` is the RFC's non-blocking read.
+    Random-access and stateless (its state dict is ``{"version": 1}``);
+    ``nonblocking_get(index)`` is the RFC's non-blocking read. Every built-in operation is
+    a typed method.
     """
 
-    functions: ClassVar[dict[str, Callable[..., Any]]] = {}
+    def pipe(self, op: Callable[Concatenate[Any, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``op(self, *args, **kwargs)``: the typed way to chain an operation of your own."""
+        return op(self, *args, **kwargs)
 
-    def __getitem__(self, index: Any) -> T_co:
-        raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+    def map(self, fn: Callable[[Any], U]) -> MapDataPipe[U]:
+        """``fn(self[i])`` at every index; see `map.Mapper`."""
+        return _map("map.map", self, fn)
 
-    def nonblocking_get(self, index: Any) -> T_co:
-        """``self[index]``; may raise `NotAvailable` in subclasses that fetch remotely."""
-        return self[index]
+    def batch(
+        self,
+        batch_size: int,
+        drop_last: bool = False,
+        wrapper_class: type[DataChunk[Any]] | None = None,
+    ) -> MapDataPipe[DataChunk[T_co]]:
+        """Index ``i`` is the ``i``-th batch; see `map.Batcher`."""
+        return _map("map.batch", self, batch_size, drop_last, wrapper_class)
 
-    def reset(self) -> None:
-        """Nothing to reset for random-access pipes."""
+    def concat(self, *datapipes: MapDataPipe[Any]) -> MapDataPipe[Any]:
+        """Indices run through this pipe, then each other; see `map.Concater`."""
+        return _map("map.concat", self, *datapipes)
 
-    def state_dict(self) -> StateDict:
-        """Map-style pipes are stateless: ``{"version": 1}``."""
-        return {"version": 1}
+    def zip(self, *datapipes: MapDataPipe[Any]) -> MapDataPipe[tuple[Any, ...]]:
+        """Index ``i`` is the tuple of every pipe's item ``i``; see `map.Zipper`."""
+        return _map("map.zip", self, *datapipes)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Validate ``state`` (nothing to restore)."""
-        check_version(state, 1, type(self).__name__)
+    def shuffle(self, *, indices: list[Any] | None = None) -> IterDataPipe[T_co]:
+        """An iterable-style pipe over a seeded permutation; see `map.Shuffler`."""
+        return _iter("map.shuffle", self, indices=indices)
 
-    def datapipe_inputs(self) -> list[DataPipe]:
-        """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+    def to_iter(self, indices: list[Any] | None = None) -> IterDataPipe[T_co]:
+        """An iterable-style pipe over ``self[i]`` in index order; see `map.MapToIterConverter`."""
+        return _iter("map.to_iter", self, indices)
 
 
 DataPipe = IterDataPipe[Any] | MapDataPipe[Any]
@@ -306,49 +318,17 @@ def functional_datapipe(name: str) -> Callable[[C], C]:
     return register
 
 
-def _register(owner: type, function_name: str, cls_to_register: type) -> None:
-    registry: dict[str, Callable[..., Any]] = owner.functions  # type: ignore[attr-defined]
-    if function_name in registry or hasattr(owner, function_name):
-        raise Exception(
-            f"Unable to add DataPipe function name {function_name} as it is already taken"
-        )
-
-    def build(source: Any, *args: Any, **kwargs: Any) -> Any:
-        return cls_to_register(source, *args, **kwargs)
-
-    build.__doc__ = cls_to_register.__doc__
-    registry[function_name] = build
+def _iter(name: str, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+    return cast("IterDataPipe[Any]", build(name, *args, **kwargs))
 
 
-def _lookup(owner: type, registry: dict[str, Callable[..., Any]], obj: Any, name: str) -> Any:
-    if name.startswith("__") or name not in registry:
-        raise AttributeError(f"'{owner.__name__}' object has no attribute '{name}'")
-    function = registry[name]
-    bound = functools.partial(function, obj)
-    bound.__doc__ = function.__doc__
-    return bound
+def _map(name: str, *args: Any, **kwargs: Any) -> MapDataPipe[Any]:
+    return cast("MapDataPipe[Any]", build(name, *args, **kwargs))
 
 
-def _scan_inputs(attributes: Mapping[str, Any]) -> list[DataPipe]:
-    found: list[DataPipe] = []
-    seen: set[int] = set()
-
-    def visit(value: object, depth: int) -> None:
-        if isinstance(value, IterDataPipe | MapDataPipe):
-            if id(value) not in seen:
-                seen.add(id(value))
-                found.append(value)
-        elif depth < 3 and isinstance(value, list | tuple | set | frozenset):
-            for element in value:
-                visit(element, depth + 1)
-        elif depth < 3 and isinstance(value, dict):
-            for element in value.values():
-                visit(element, depth + 1)
-
-    for key, value in attributes.items():
-        if key not in _RUNTIME_ATTRS:
-            visit(value, 0)
-    return found
+def _branches(name: str, *args: Any) -> list[IterDataPipe[Any]]:
+    """A splitter's output pipes (``fork``, ``demux``)."""
+    return cast("list[IterDataPipe[Any]]", build(name, *args).outputs)
 
 
 def as_iter_pipe(value: object, who: str) -> IterDataPipe[Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from conveyor.datapipes.base import IterDataPipe, MapDataPipe
-from conveyor.graph_settings import apply_random_seed, apply_sharding, has_sharding
+from conveyor.datapipes.settings import apply_random_seed, apply_sharding, has_sharding
 
 
 def is_datapipe(dataset: object) -> bool:

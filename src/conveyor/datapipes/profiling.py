@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.graph import DataPipeGraph, traverse_dps
+from conveyor.datapipes.graph import DataPipeGraph, traverse_dps
 from conveyor.stats.counters import StageProfile
 
 __all__ = ["PipelineProfile", "StageProfile", "StageTimers", "profile_pipeline"]

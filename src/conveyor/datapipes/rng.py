@@ -57,6 +57,15 @@ class ShuffleSettings:
     _enabled: bool = True
     _seed: int | None = None
 
+    @property
+    def _shuffle_enabled(self) -> bool:
+        """torch's name for whether the next pass shuffles (accelerate reads it)."""
+        return self._enabled
+
+    @_shuffle_enabled.setter
+    def _shuffle_enabled(self, enabled: bool) -> None:
+        self._enabled = enabled
+
     def set_shuffle(self, shuffle: bool = True) -> Self:
         """Turn shuffling on or off for later passes."""
         self._enabled = shuffle

@@ -38,13 +38,16 @@ class LoaderIterator:
         len_hint: Callable[[], int | None],
         resume: Resume | None = None,
     ):
-        self._plan = plan
+        self._options = options = plan.options
+        self._data = options.data
+        self._hooks = plan.hooks
         self._len_hint = len_hint
         self._pin: Callable[[Any], Any] | None = None
-        if plan.pin_memory and pin_memory_available(plan.pin_memory_device):
-            device = plan.pin_memory_device or None
+        pin = options.pin
+        if pin.enabled and pin_memory_available(pin.device):
+            device = pin.device or None
             self._pin = lambda data: pin_memory(data, device)
-        elif plan.pin_memory:
+        elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._begin_epoch(resume, draw_base_seed_now=True)
 
@@ -53,17 +56,18 @@ class LoaderIterator:
         """Start an epoch: RNG snapshot, sampler iterator, seeds, then skip what a
         checkpoint says was delivered. Draw order is torch's: iter(sampler), shared
         seed, base seed, then the sampler's own draws on its first ``next``."""
-        plan = self._plan
-        self._replicas = distributed_sampler(plan.index_sampler)
+        data = self._data
+        index_sampler, generator = data.index_sampler, data.generator
+        self._replicas = distributed_sampler(index_sampler)
         self._consumed_before, skip_delivered = 0, True
         if resume is not None:
             check_version(resume.state)
-            restore_epoch_start(resume.state, plan.generator, stateful_sampler(plan))
+            restore_epoch_start(resume.state, generator, stateful_sampler(index_sampler))
             draw_base_seed_now = resume.state.get("drew_base_seed", True)
             self._consumed_before, skip_delivered = apply_replica_resume(self._replicas, resume)
-        self._epoch_start = capture_epoch_start(plan.generator)
-        self._sampler_iter = iter(plan.index_sampler)
-        capture_sampler_start(self._epoch_start, stateful_sampler(plan))
+        self._epoch_start = capture_epoch_start(generator)
+        self._sampler_iter = iter(index_sampler)
+        capture_sampler_start(self._epoch_start, stateful_sampler(index_sampler))
         self._position = 0  # index requests taken from the sampler this epoch
         self._num_yielded = 0
         self._shared_seed = self._draw_shared_seed()
@@ -71,14 +75,14 @@ class LoaderIterator:
         if draw_base_seed_now:
             # torch draws this even without workers; drawing it here keeps the
             # generator's stream, and so every shuffle, identical to torch's.
-            self._base_seed = draw_base_seed(plan.generator)
+            self._base_seed = draw_base_seed(generator)
         elif resume is not None:
             self._base_seed = int(resume.state["base_seed"])
         self._skip: set[int] = set()
         self.finished = False
         self.clock = StepClock()
-        self._skips = SkipLog(plan.max_skipped)
-        self._samples_per_batch = getattr(plan.index_sampler, "batch_size", None) or 1
+        self._skips = SkipLog(self._options.errors.max_skipped)
+        self._samples_per_batch = data.samples_per_request
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
 
@@ -127,7 +131,7 @@ class LoaderIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._plan.index_sampler)  # type: ignore[arg-type]
+        return len(self._data.index_sampler)  # type: ignore[arg-type]
 
     def __getstate__(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} cannot be pickled")
@@ -138,7 +142,7 @@ class LoaderIterator:
     def __next__(self) -> Any:
         clock = self.clock
         entered = clock.enter()
-        all_ranks_have = self._plan.all_ranks_have
+        all_ranks_have = self._hooks.all_ranks_have
         try:
             if all_ranks_have is None:
                 data = self._next_data()
@@ -151,7 +155,7 @@ class LoaderIterator:
             raise
         clock.leave(entered, self._samples_per_batch)
         self._num_yielded += 1
-        if self._plan.iterable_style:
+        if self._data.iterable_style:
             self._check_len_hint()
         return data
 
@@ -179,11 +183,11 @@ class LoaderIterator:
         hint = self._len_hint()
         if hint is not None and self._num_yielded > hint:
             msg = (
-                f"Length of IterableDataset {self._plan.dataset} was reported to be {hint} "
+                f"Length of IterableDataset {self._data.dataset} was reported to be {hint} "
                 f"(when accessing len(dataloader)), but {self._num_yielded} samples have been "
                 "fetched. "
             )
-            if self._plan.workers is not None:
+            if self._options.workers.num_workers > 0:
                 msg += (
                     "For multiprocessing data-loading, this could be caused by not properly "
                     "configuring the IterableDataset replica at each worker: split the stream "
@@ -194,8 +198,8 @@ class LoaderIterator:
     def _draw_shared_seed(self) -> int | None:
         """DataPipe graphs: one seed per epoch for all workers and ranks, drawn (as torch
         does) from the loader's generator before the workers' base seed."""
-        draw = self._plan.draw_shared_seed
-        return None if draw is None else draw(self._plan.generator)
+        draw = self._hooks.draw_shared_seed
+        return None if draw is None else draw(self._data.generator)
 
     def _reset(self) -> None:
         """Start a new epoch on the same iterator (persistent workers keep their seeds)."""

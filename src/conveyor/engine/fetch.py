@@ -7,13 +7,26 @@ paths produce identical batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 
-class Fetcher(Protocol):
-    """Fetches what one task asks for; raises StopIteration when a stream is exhausted."""
+@dataclass(frozen=True)
+class FetchSpec:
+    """How a request becomes a batch; derived from the loader's options, sent to workers."""
 
-    def fetch(self, request: Any) -> Any: ...
+    dataset: Any
+    iterable_style: bool
+    auto_collation: bool
+    collate_fn: Callable[[Any], Any]
+    drop_last: bool
+    skip_bad_samples: bool = False  # on_error="skip" (map-style only)
+    samples_per_request: int = 1  # a stream's batch size (replaying a resumed stream)
+
+    @property
+    def replay_request(self) -> Any:
+        """A request for one batch of a stream (to read and drop it)."""
+        return [None] * self.samples_per_request if self.auto_collation else None
 
 
 NO_SKIPS: tuple[tuple[Any, str], ...] = ()
@@ -133,16 +146,10 @@ class IterableFetcher:
         return self._collate_fn(samples)
 
 
-def make_fetcher(
-    iterable_style: bool,
-    dataset: Any,
-    auto_collation: bool,
-    collate_fn: Callable[[Any], Any],
-    drop_last: bool,
-    skip_bad_samples: bool = False,
-) -> MapFetcher | IterableFetcher:
-    if iterable_style:
-        return IterableFetcher(dataset, auto_collation, collate_fn, drop_last)
-    if skip_bad_samples:
-        return SkippingMapFetcher(dataset, auto_collation, collate_fn)
-    return MapFetcher(dataset, auto_collation, collate_fn)
+def make_fetcher(spec: FetchSpec, dataset: Any) -> MapFetcher | IterableFetcher:
+    """The fetcher ``spec`` asks for, over ``dataset`` (this consumer's prepared copy)."""
+    if spec.iterable_style:
+        return IterableFetcher(dataset, spec.auto_collation, spec.collate_fn, spec.drop_last)
+    if spec.skip_bad_samples:
+        return SkippingMapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+    return MapFetcher(dataset, spec.auto_collation, spec.collate_fn)

@@ -1,32 +1,74 @@
-"""The small vocabulary spoken between the main process and its workers.
+"""The small vocabulary spoken between the loader and its workers: named, typed, cheap.
 
-Messages are plain tuples (cheap to pickle); these constants name their fields.
-To a worker: ``(TASK, task_id, request)``, ``(RESUME, shared_seed)`` or ``None`` (stop).
-From a worker: ``(task_id, status, payload, info)``; ``info`` is ``None`` or, for a
-fetched batch, ``(busy_s, stream_state, skips, stages)``: ``stream_state`` is the pickled
-``dataset.state_dict()`` after the batch (iterable-style datasets that have one) and
-``skips`` the ``(index, error)`` pairs that ``on_error="skip"`` dropped; ``stages`` the
-worker's cumulative per-stage timings (``profile_stages=True``) or None.
+To a worker: `Task`, `StartEpoch` (persistent workers) or ``None`` (stop).
+From a worker: one `Reply` per task (and one per `StartEpoch`); a fetched batch's reply
+carries a `BatchInfo`.
 
-Process workers' pipes also carry the slab transport's own messages, which never reach the
-worker loop or the iterator: ``(RELEASE, slab_ids)`` and ``(OVERFLOW, seq)`` to a worker,
-and framed results with stall requests from it (see `conveyor.transport.protocol`).
+NamedTuples pickle about as cheaply as plain tuples and are read by name. Process
+workers' pipes also carry the slab transport's own messages (plain tuples, see
+`conveyor.transport.protocol`), which never reach the worker loop or the iterator.
 """
 
 from __future__ import annotations
 
-from conveyor.transport import protocol
+from typing import Any, NamedTuple
 
-TASK = 0
-RESUME = 1
-RELEASE = protocol.RELEASE  # the slab transport's, handled by the pool and `WorkerEnd`
-OVERFLOW = protocol.OVERFLOW
+__all__ = [
+    "END",
+    "ERROR",
+    "INIT_ERROR",
+    "NO_TASK",
+    "OK",
+    "RESUMED",
+    "SKIPPED",
+    "BatchInfo",
+    "Reply",
+    "Skips",
+    "StartEpoch",
+    "Task",
+]
 
+Skips = tuple[tuple[Any, str], ...]
+"""``(index, "ErrorType: message")`` of the samples that ``on_error="skip"`` dropped."""
+
+
+class Task(NamedTuple):
+    """Fetch ``request`` (an index, a list of indices, or a stream's batch size)."""
+
+    task_id: int
+    request: Any
+
+
+class StartEpoch(NamedTuple):
+    """Persistent workers: a new epoch starts with this shared seed; answer `RESUMED`."""
+
+    shared_seed: int | None
+
+
+# Reply.status values
 OK = 0  # payload: the fetched (collated) data
 ERROR = 1  # payload: RemoteError from the dataset/collate code
 END = 2  # the worker's iterable-style stream is exhausted; payload None
-RESUMED = 3  # acknowledges RESUME; payload None
+RESUMED = 3  # acknowledges StartEpoch; payload None
 INIT_ERROR = 4  # worker set-up (unpickling, worker_init_fn) failed; payload RemoteError
 SKIPPED = 5  # on_error="skip" dropped every sample of the task; payload None
 
-NO_TASK = -1  # task id of messages that answer no task
+NO_TASK = -1  # task id of replies that answer no task
+
+
+class BatchInfo(NamedTuple):
+    """What a worker says about a task beside its data."""
+
+    busy_s: float  # time spent fetching
+    stream_state: bytes | None  # pickled ``dataset.state_dict()`` after it (stateful streams)
+    skips: Skips  # samples dropped by on_error="skip"
+    stages: Any  # cumulative per-stage timings (profile_stages=True), or None
+
+
+class Reply(NamedTuple):
+    """A worker's answer to one `Task` (or to `StartEpoch`, with `NO_TASK`)."""
+
+    task_id: int
+    status: int
+    payload: Any = None
+    info: BatchInfo | None = None

@@ -34,6 +34,7 @@ from conveyor.engine.channel import (
     thread_channel,
 )
 from conveyor.engine.remote_error import RemoteError
+from conveyor.engine.shutdown import describe_exit, stop_processes
 
 __all__ = [
     "NEXT",
@@ -257,19 +258,12 @@ class ProcessOffload:
         )
 
     def describe_exit(self, wait_s: float = 1.0) -> str:
-        """How the child ended ("exit code 1", "signal SIGKILL"), waiting up to ``wait_s``."""
+        """How the child ended ("exited with code 1", ...), waiting up to ``wait_s``."""
         if not self._finalizer.alive:
             return "already closed"
         self._process.join(wait_s)
         code = self._process.exitcode
-        if code is None:
-            return "still running"
-        if code < 0:
-            try:
-                return f"signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"signal {-code}"
-        return f"exit code {code}"
+        return "still running" if code is None else describe_exit(code)
 
     def close(self) -> None:
         """Stop the child and wait for it (idempotent)."""
@@ -287,12 +281,6 @@ def _close_process(end: Endpoint, process: Any, join_timeout_s: float, owner_pid
         return  # a forked copy: only the process that started the child may stop it
     with contextlib.suppress(ChannelClosed):
         end.put(STOP)
-    process.join(join_timeout_s)
-    if process.is_alive():
-        process.terminate()
-        process.join(join_timeout_s)
-    if process.is_alive():
-        process.kill()
-        process.join()
+    stop_processes([process], join_timeout_s)
     end.close()
     process.close()

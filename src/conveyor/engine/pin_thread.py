@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from conveyor.engine import messages as msg
+from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.remote_error import RemoteError
 from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
 
@@ -30,11 +31,14 @@ WHERE = "in pin memory thread"
 class InterruptiblePool(Protocol):
     """A worker pool whose blocking ``receive`` another thread can cut short."""
 
-    def send(self, worker_id: int, message: Any) -> None: ...
+    def send(self, worker_id: int, message: Task | StartEpoch) -> None: ...
 
-    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]: ...
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]: ...
 
     def retire(self, worker_id: int) -> None: ...
+
+    @property
+    def bytes_received(self) -> int: ...
 
     def interrupt(self) -> None:
         """Make a ``receive`` blocked in another thread return soon (maybe with nothing)."""
@@ -60,14 +64,13 @@ class _Failure:
         self.exc = exc
 
 
-def _pinned(message: Any, pin: Callable[[Any], Any]) -> Any:
-    task_id, status, payload, info = message
-    if status != msg.OK:
-        return message
+def _pinned(reply: Reply, pin: Callable[[Any], Any]) -> Reply:
+    if reply.status != msg.OK:
+        return reply
     try:
-        return (task_id, status, pin(payload), info)
+        return reply._replace(payload=pin(reply.payload))
     except Exception:
-        return (task_id, msg.ERROR, RemoteError(WHERE), info)
+        return Reply(reply.task_id, msg.ERROR, RemoteError(WHERE), reply.info)
 
 
 def _pin_loop(
@@ -111,7 +114,7 @@ class PinningPool:
         )
         self._thread.start()
 
-    def send(self, worker_id: int, message: Any) -> None:
+    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         self._pool.send(worker_id, message)
 
     def retire(self, worker_id: int) -> None:
@@ -119,9 +122,9 @@ class PinningPool:
 
     @property
     def bytes_received(self) -> int:
-        return int(getattr(self._pool, "bytes_received", 0))
+        return self._pool.bytes_received
 
-    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:
         """Pinned results, waiting up to ``timeout_s`` for the first one."""
         if self._failure is not None:
             raise self._failure

@@ -1,8 +1,10 @@
-"""What every worker pool (processes or threads) offers the loader iterator."""
+"""What every worker pool (processes, threads, ...) offers the loader iterator."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from conveyor.engine.messages import Reply, StartEpoch, Task
 
 
 class WorkerDiedError(RuntimeError):
@@ -10,17 +12,21 @@ class WorkerDiedError(RuntimeError):
 
 
 class WorkerPool(Protocol):
-    def send(self, worker_id: int, message: Any) -> None:
+    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         """Queue a message for one worker; never blocks for long."""
 
-    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
-        """Ready ``(worker_id, message)`` pairs, waiting up to ``timeout_s``.
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:
+        """Ready ``(worker_id, reply)`` pairs, waiting up to ``timeout_s``.
 
         Raises `WorkerDiedError` when a live worker has ended unexpectedly.
         """
 
     def retire(self, worker_id: int) -> None:
         """Stop one worker early (its stream ended and it is not persistent)."""
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes that crossed from the workers (0 where nothing is copied)."""
 
     def close(self) -> None:
         """End every worker and free every resource. Idempotent."""

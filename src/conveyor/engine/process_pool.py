@@ -24,9 +24,11 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
+from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.worker_loop import WorkerSetup
-from conveyor.engine.worker_process import ANY_PARENT, describe_exit, process_worker_main
+from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
 from conveyor.engine.zygote import SetupRef, Zygote
 from conveyor.transport.main_end import SKIP, MainEnd
 from conveyor.transport.options import SlabOptions
@@ -45,15 +47,9 @@ class ProcessPool:
     time.
     """
 
-    def __init__(
-        self,
-        setup: WorkerSetup,
-        num_workers: int,
-        context: BaseContext,
-        slab_options: SlabOptions | None = None,
-        prefetch_factor: int = 2,
-        zygote: Zygote | None = None,
-    ):
+    def __init__(self, setup: WorkerSetup, context: BaseContext, zygote: Zygote | None = None):
+        options = setup.workers
+        num_workers = options.num_workers
         self._num_workers = num_workers
         self._inboxes: list[connection.Connection] = []
         self._outboxes: list[connection.Connection] = []
@@ -61,8 +57,9 @@ class ProcessPool:
         self._alive = [True] * num_workers
         self._closed = False
         self._send_locks = [threading.Lock() for _ in range(num_workers)]
-        options = slab_options or SlabOptions.from_env()
-        slabs = options.resolve(loader_prefix(), num_workers, prefetch_factor)
+        slab_options = options.slab_options or SlabOptions.from_env()
+        prefetch = 2 if options.prefetch_factor is None else options.prefetch_factor
+        slabs = slab_options.resolve(loader_prefix(), num_workers, prefetch)
         self._link = MainEnd(slabs, self._send_control)
         self._poller = select.poll()
         self._fd_owner: dict[int, tuple[str, int]] = {}  # fd -> ("result"|"exit", worker)
@@ -78,7 +75,7 @@ class ProcessPool:
         # (zygote) once per change of the dataset.
         payload: Any = setup
         if zygote is not None:
-            payload = SetupRef(setup.base_seed, setup.shared_seed)
+            payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":
             payload = pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
@@ -127,7 +124,7 @@ class ProcessPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def send(self, worker_id: int, message: Any) -> None:
+    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         # Plain pickle: tasks carry no file descriptors, and ForkingPickler costs ~10 us.
         frame = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         try:
@@ -137,7 +134,7 @@ class ProcessPool:
             self._raise_if_dead(worker_id)
             raise
 
-    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:
         """Results that are ready (waiting up to ``timeout_s``); raises if a worker died.
 
         Returns early with no results after `interrupt()`.
@@ -153,8 +150,8 @@ class ProcessPool:
             if results or interrupted or (deadline is not None and time.monotonic() >= deadline):
                 return results
 
-    def _read(self, ready: set[int]) -> list[tuple[int, Any]]:
-        results: list[tuple[int, Any]] = []
+    def _read(self, ready: set[int]) -> list[tuple[int, Reply]]:
+        results: list[tuple[int, Reply]] = []
         exited = []
         for fd in sorted(ready):
             kind, i = self._fd_owner.get(fd, ("", -1))
@@ -169,8 +166,11 @@ class ProcessPool:
                 message = self._link.decode(i, frame)
                 if message is not SKIP:
                     results.append((i, message))
+        answered = {i for i, _ in results}
         for i in exited:
-            if not self._outboxes[i].poll():  # its last results are read first
+            # its last results are delivered first: a worker that answered in this call is
+            # checked again at the next one (its sentinel stays ready)
+            if i not in answered and not self._outboxes[i].poll():
                 self._raise_if_dead(i, wait_s=0.0)
         return results
 
@@ -224,17 +224,7 @@ class ProcessPool:
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for process in self._processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self._processes:
-            if process.exitcode is None:
-                process.terminate()
-        for process in self._processes:
-            process.join(timeout=JOIN_TIMEOUT_S)
-            if process.exitcode is None:
-                process.kill()
-                process.join()
+        stop_processes(self._processes, JOIN_TIMEOUT_S)
         for conn in self._inboxes + self._outboxes:
             conn.close()
         for process in self._processes:

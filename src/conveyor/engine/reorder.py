@@ -1,33 +1,18 @@
 """Result buffers: hand results back in sampler order, or as soon as they are ready.
 
 The strategy is picked once per loader (``in_order``) so the iterator has no
-per-call branches on it.
+per-call branches on it. Both buffers: ``expect(task_id)`` when a task is dispatched,
+``put(task_id, result)`` when it arrives, ``forget(task_ids)`` for tasks that will never
+answer, ``pop()`` the next result or `EMPTY`, ``len()`` tasks not yet popped or forgotten.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 _MISSING = object()
-
-
-class ResultBuffer(Protocol):
-    def expect(self, task_id: int) -> None:
-        """A task was dispatched; its result will arrive later (or be forgotten)."""
-
-    def put(self, task_id: int, result: Any) -> None:
-        """A task's result arrived."""
-
-    def forget(self, task_ids: Iterable[int]) -> None:
-        """These tasks will never produce a result (their worker's stream ended)."""
-
-    def pop(self) -> Any:
-        """The next result to hand out, or `EMPTY` when it has not arrived yet."""
-
-    def __len__(self) -> int:
-        """Number of tasks dispatched and not yet popped or forgotten."""
 
 
 EMPTY: Any = _MISSING

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 MASK32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class EpochSeeds:
+    """The seeds of one epoch: the workers' base seed and the graph seed every worker and
+    rank shares (DataPipe graphs only, else None)."""
+
+    base_seed: int
+    shared_seed: int | None = None
 
 
 def draw_base_seed(generator: torch.Generator | None) -> int:

@@ -17,28 +17,22 @@ class SingleProcessIterator(LoaderIterator):
         self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
     ):
         super().__init__(plan, len_hint, resume)
-        dataset = plan.dataset
-        if plan.graph_hook is not None:
-            dataset = plan.graph_hook(dataset, 0, 1, self._shared_seed)
+        hooks = plan.hooks
+        dataset = self._data.dataset
+        if hooks.prepare_graph is not None:
+            dataset = hooks.prepare_graph(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
-        self._fetcher = make_fetcher(
-            plan.iterable_style,
-            dataset,
-            plan.auto_collation,
-            plan.collate_fn,
-            plan.drop_last,
-            plan.skip_bad_samples,
-        )
-        if resume is not None and plan.iterable_style:
+        self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
+        if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
-        if plan.stage_timers is not None:
-            timers = plan.stage_timers(dataset)
+        if hooks.stage_timers is not None:
+            timers = hooks.stage_timers(dataset)
             timers.install()
             self.clock.stage_source = timers.snapshot
 
     def _resume_stream(self, resume: Resume) -> None:
         """Streams seek with their own state when they have one; otherwise replay."""
-        stream_resume_for(self._plan, resume)  # raises if saved with workers
+        stream_resume_for(True, 0, resume)  # raises if saved with workers
         saved = resume.state.get("dataset")
         if saved is not None and has_state(self._dataset):
             self._dataset.load_state_dict(saved)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
 
+from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.worker_info import clear_worker_info
-from conveyor.engine.worker_loop import WorkerSetup, run_worker
+from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.worker_loop import run_worker
 
 JOIN_TIMEOUT_S = 5.0
 
@@ -15,13 +16,14 @@ JOIN_TIMEOUT_S = 5.0
 class ThreadPool:
     """Owns the worker threads and their queues; `close()` ends them all."""
 
-    def __init__(self, setup: WorkerSetup, num_workers: int):
-        self._inboxes: list[queue.SimpleQueue[Any]] = []
-        self._results: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+    def __init__(self, setup: WorkerSetup):
+        num_workers = setup.workers.num_workers
+        self._inboxes: list[queue.SimpleQueue[Task | StartEpoch | None]] = []
+        self._results: queue.SimpleQueue[tuple[int, Reply]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
         for worker_id in range(num_workers):
-            inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            inbox: queue.SimpleQueue[Task | StartEpoch | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._run,
                 args=(setup, worker_id, inbox),
@@ -32,17 +34,24 @@ class ThreadPool:
             self._threads.append(thread)
             thread.start()
 
-    def _run(self, setup: WorkerSetup, worker_id: int, inbox: queue.SimpleQueue[Any]) -> None:
+    def _run(
+        self, setup: WorkerSetup, worker_id: int, inbox: queue.SimpleQueue[Task | StartEpoch | None]
+    ) -> None:
         results = self._results
         try:
             run_worker(setup, worker_id, inbox.get, lambda m: results.put((worker_id, m)))
         finally:
             clear_worker_info()
 
-    def send(self, worker_id: int, message: Any) -> None:
+    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         self._inboxes[worker_id].put(message)
 
-    def receive(self, timeout_s: float | None) -> list[tuple[int, Any]]:
+    @property
+    def bytes_received(self) -> int:
+        """Nothing is copied: batches pass by reference."""
+        return 0
+
+    def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:
         try:
             first = self._results.get(timeout=timeout_s)
         except queue.Empty:

@@ -66,14 +66,16 @@ def get_worker_info() -> WorkerInfo | None:
     return info if info is not None else _process_info
 
 
-def install_worker_info(info: WorkerInfo) -> None:
-    """Called once at the start of a worker, before any user code runs."""
+def install_process_worker_info(info: WorkerInfo) -> None:
+    """Called once at the start of a worker process, before any user code runs."""
     global _process_info
-    if info.worker_type == "thread":
-        _thread_info.info = info
-    else:
-        _process_info = info
-        publish_worker_info(info)
+    _process_info = info
+    publish_worker_info(info)
+
+
+def install_thread_worker_info(info: WorkerInfo) -> None:
+    """Called once at the start of a worker thread, before any user code runs."""
+    _thread_info.info = info
 
 
 def clear_worker_info() -> None:

@@ -11,7 +11,9 @@ import sys
 from multiprocessing import connection
 from typing import Any
 
-from conveyor.engine.worker_loop import WorkerSetup, run_worker
+from conveyor.collate import set_output_allocator
+from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.worker_loop import run_worker
 from conveyor.transport.options import SlabConfig
 from conveyor.transport.worker_end import WorkerEnd, WorkerStop
 
@@ -22,18 +24,6 @@ _PR_SET_PDEATHSIG = 1
 ANY_PARENT = -1
 # How often an idle worker checks that the main process is still alive.
 PARENT_CHECK_INTERVAL_S = 0.5
-
-
-def describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "is not responding"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        return f"was killed by signal {-exitcode} ({name})"
-    return f"exited with code {exitcode}"
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -102,8 +92,10 @@ def process_worker_main(
             run_worker(setup, worker_id, receive, outbox.send)
         return
     end = WorkerEnd(slabs, worker_id, receive, outbox.send_bytes)
+    previous = set_output_allocator(end.allocate)  # collate stacks straight into slabs
     try:
         with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
             run_worker(setup, worker_id, end.receive, end.send)
     finally:
+        set_output_allocator(previous)
         end.close()

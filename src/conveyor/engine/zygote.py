@@ -30,10 +30,13 @@ from multiprocessing import connection, reduction
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from conveyor.engine.worker_loop import WorkerSetup
+from conveyor.engine.seeding import EpochSeeds
+from conveyor.engine.shutdown import stop_processes
+from conveyor.engine.worker_kind import WorkerSetup
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
 _SETUP, _FORK = "setup", "fork"
+_NO_SEEDS = EpochSeeds(0)  # the cached set-up is the same for every epoch's seeds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +55,7 @@ class _PassedConnection:
 class SetupRef:
     """Stands for the zygote's cached `WorkerSetup` in a worker's arguments."""
 
-    base_seed: int
-    shared_seed: int | None
+    seeds: EpochSeeds
 
 
 # ------------------------------------------------------------------ zygote side
@@ -159,9 +161,7 @@ def _fork_epoch(
     inherited += [fd for e in epochs for fd in e.pidfds]
     for index, (target, raw_args) in enumerate(jobs):
         args = tuple(
-            dataclasses.replace(setup, base_seed=a.base_seed, shared_seed=a.shared_seed)
-            if isinstance(a, SetupRef)
-            else a
+            dataclasses.replace(setup, seeds=a.seeds) if isinstance(a, SetupRef) else a
             for a in raw_args
         )
         later = [c for _, other in jobs[index + 1 :] for c in _connections(other)]
@@ -267,7 +267,7 @@ class Zygote:
         Connections in ``args`` travel to the zygote and are closed here by the caller.
         """
         blob = pickle.dumps(
-            dataclasses.replace(setup, base_seed=0, shared_seed=None),
+            dataclasses.replace(setup, seeds=_NO_SEEDS),
             protocol=pickle.HIGHEST_PROTOCOL,
         )
         digest = hashlib.blake2b(blob, digest_size=16).digest()
@@ -307,9 +307,6 @@ class Zygote:
 def _stop_zygote(control: connection.Connection, process: Any) -> None:
     with contextlib.suppress(OSError):
         control.send(None)
-    process.join(timeout=JOIN_TIMEOUT_S)
-    if process.exitcode is None:
-        process.kill()
-        process.join()
+    stop_processes([process], JOIN_TIMEOUT_S)
     control.close()
     process.close()

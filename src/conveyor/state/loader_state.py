@@ -10,7 +10,7 @@ the last batch the user received from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import torch
@@ -60,16 +60,14 @@ class Resume:
     """A checkpoint being applied to the next epoch."""
 
     state: LoaderStateDict
-    skip_positions: set[int] = field(default_factory=set)
 
     @property
     def yielded(self) -> int:
         return int(self.state.get("yielded", 0))
 
 
-def stateful_sampler(plan: Any) -> object:
+def stateful_sampler(index_sampler: object) -> object:
     """The index sampler, or the sampler inside a BatchSampler, that keeps its own state."""
-    index_sampler = plan.index_sampler
     if has_state(index_sampler):
         return index_sampler
     inner = getattr(index_sampler, "sampler", None)
@@ -159,11 +157,12 @@ class StreamResume:
         )
 
 
-def stream_resume_for(plan: Any, resume: Resume | None) -> StreamResume | None:
+def stream_resume_for(
+    iterable_style: bool, num_workers: int, resume: Resume | None
+) -> StreamResume | None:
     """Check that a stream checkpoint fits this loader's workers and unpack it."""
-    if resume is None or not plan.iterable_style or not resume.state.get("in_epoch"):
+    if resume is None or not iterable_style or not resume.state.get("in_epoch"):
         return None
-    num_workers = plan.workers.num_workers if plan.workers is not None else 0
     workers = resume.state.get("workers")
     saved = workers["num_workers"] if workers else 0
     if saved != num_workers:

@@ -1,50 +1,68 @@
-"""Samplers that checkpoint on their own (torchdata's ``stateful_dataloader.sampler``).
+"""Samplers that checkpoint on their own: torchdata's ``stateful_dataloader.sampler``.
 
-Each keeps where it is in the current iteration. ``state_dict()`` may be called at any
-point; after ``load_state_dict()`` the *next* iteration replays the checkpointed one
-from its start (same random draws) and skips what had been yielded.
+Same attributes and state layout as torchdata 0.11, so checkpoints move between the two
+libraries and code that reads or patches them (accelerate) keeps working:
+
+- `StatefulDistributedSampler`: ``{"yielded": n}`` (JSON-serialisable); ``yielded`` counts
+  the indices handed out this iteration, ``next_yielded`` is the count the next iteration
+  resumes from after ``load_state_dict``.
+- `RandomSampler`: ``{"yielded": n, "generator": <generator state when this iteration
+  began>}``; without a ``generator`` it makes one, seeded once from torch's global RNG.
+- `BatchSampler`: ``{"samples_yielded": n, "sampler_state": <the inner sampler's state>}``
+  (torchdata keeps this on its batch iterator; here the sampler answers for it).
+
+``state_dict()`` may be called at any point; after ``load_state_dict()`` the *next*
+iteration continues where the saved one was. An iteration's bookkeeping starts when
+``iter()`` is called (torchdata: at the first ``next()``), so a state taken right after
+``iter()`` already describes the new iteration.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sized
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
 from conveyor import sampler as plain
 from conveyor.distributed import DistributedSampler
-from conveyor.state.protocol import Stateful
+from conveyor.state.protocol import Stateful, has_state
 
 T = TypeVar("T")
-_VERSION = 1
 
 __all__ = ["BatchSampler", "RandomSampler", "StatefulDistributedSampler"]
 
-
-def _check(state: Mapping[str, Any], who: str) -> None:
-    if state.get("version") != _VERSION:
-        raise ValueError(f"{who} state has version {state.get('version')!r}, expected {_VERSION}")
+_REPLACEMENT_DRAW = 32  # torchdata draws indices with replacement 32 at a time
 
 
-class _Counting:
-    """Yielded-count bookkeeping shared by the stateful samplers."""
+class _Counted:
+    """``yielded`` / ``next_yielded`` bookkeeping shared by the stateful samplers."""
 
-    def _init_counting(self) -> None:
-        self._yielded = 0
-        self._skip = 0
+    yielded: int
+    next_yielded: int | None
 
-    def _count(self, items: Iterator[T]) -> Iterator[T]:
-        skip, self._skip = self._skip, 0
-        self._yielded = 0
-        for item in items:
-            self._yielded += 1
-            if self._yielded > skip:
-                yield item
+    def _start(self) -> int:
+        """Begin an iteration: resume from ``next_yielded`` once, else from 0."""
+        start, self.next_yielded = self.next_yielded or 0, None
+        self.yielded = start
+        return start
+
+    def _counting(self, items: Iterator[T], skip: int) -> Iterator[T]:
+        for item in itertools.islice(items, skip, None):
+            self.yielded += 1
+            yield item
 
 
-class RandomSampler(plain.RandomSampler, _Counting):
-    """`conveyor.RandomSampler` plus ``state_dict``/``load_state_dict``."""
+class RandomSampler(plain.RandomSampler, _Counted):
+    """`conveyor.RandomSampler` with torchdata's state (``yielded`` and ``generator``).
+
+    As torchdata's: with ``generator=None`` one generator is made at construction, seeded
+    from torch's global RNG, and later iterations continue its stream.
+    """
+
+    _GENERATOR = "generator"
+    _YIELDED = "yielded"
 
     def __init__(
         self,
@@ -53,72 +71,132 @@ class RandomSampler(plain.RandomSampler, _Counting):
         num_samples: int | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
+        if generator is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            generator = torch.Generator()
+            generator.manual_seed(seed)
         super().__init__(data_source, replacement, num_samples, generator)
-        self._init_counting()
-        self._start: torch.Tensor | None = None  # generator state when this iteration began
-        self._restore: torch.Tensor | None = None
+        self.yielded = 0
+        self.next_yielded = None
+        self.generator_state = generator.get_state()
 
-    def _epoch_generator(self) -> torch.Generator:
-        generator = super()._epoch_generator()
-        if self._restore is not None:
-            generator.set_state(self._restore)
-            self._restore = None
-        self._start = generator.get_state()
-        return generator
+    def _chunks(self) -> Iterator[list[int]]:
+        """torchdata's draws: a permutation (or 32 draws with replacement) each time the
+        last one runs out, and none beyond the epoch's end (torch draws one more)."""
+        n = len(self.data_source)
+        if n == 0:
+            raise ValueError("RandomSampler cannot draw num_samples from an empty data_source")
+        generator = self.generator
+        left = self.num_samples
+        while left > 0:
+            if self.replacement:
+                drawn = torch.randint(
+                    n, (_REPLACEMENT_DRAW,), dtype=torch.int64, generator=generator
+                )
+            else:
+                drawn = torch.randperm(n, generator=generator)
+            chunk: list[int] = drawn[:left].tolist()
+            left -= len(chunk)
+            yield chunk
 
     def __iter__(self) -> Iterator[int]:
-        return self._count(super().__iter__())
+        assert self.generator is not None
+        skip = self._start()
+        self.generator_state = self.generator.get_state()
+        chunks = self._chunks()
+        first = next(chunks, [])  # drawn now, as torchdata draws at iter(): same stream order
+        return self._counting(itertools.chain(first, itertools.chain.from_iterable(chunks)), skip)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _VERSION, "generator": self._start, "yielded": self._yielded}
+        return {self._YIELDED: self.yielded, self._GENERATOR: self.generator_state}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        _check(state_dict, "RandomSampler")
-        self._restore = state_dict["generator"]
-        self._skip = int(state_dict["yielded"])
+        _check_yielded(state_dict, self._YIELDED)
+        assert self.generator is not None
+        saved = state_dict[self._GENERATOR]
+        if not isinstance(saved, torch.Tensor):
+            saved = torch.tensor(saved, dtype=torch.uint8)
+        self.generator.set_state(saved)
+        self.next_yielded = int(state_dict[self._YIELDED])
 
 
-class BatchSampler(plain.BatchSampler, _Counting):
-    """`conveyor.BatchSampler` plus ``state_dict``/``load_state_dict`` (counts batches)."""
+class BatchSampler(plain.BatchSampler):
+    """`conveyor.BatchSampler` with torchdata's state: ``samples_yielded`` and the inner
+    sampler's state. An inner sampler without state is replayed (its first
+    ``samples_yielded`` indices are skipped), as torchdata does."""
+
+    _SAMPLES_YIELDED = "samples_yielded"
+    _SAMPLER_STATE = "sampler_state"
 
     def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool) -> None:
         super().__init__(sampler, batch_size, drop_last)
-        self._init_counting()
-        self._inner_start: Any = None
+        self.samples_yielded = 0
+        self._resume_samples: int | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
-        inner = self.sampler
-        self._inner_start = inner.state_dict() if isinstance(inner, Stateful) else None
-        return self._count(self._pull_one_by_one(inner))
+        skip, self._resume_samples = self._resume_samples or 0, None
+        self.samples_yielded = skip
+        indices: Iterator[int] = iter(self.sampler)
+        if skip and not has_state(self.sampler):
+            indices = itertools.islice(indices, skip, None)
+        return self._count(self._pull_one_by_one(indices))
+
+    def _count(self, batches: Iterator[list[int]]) -> Iterator[list[int]]:
+        for batch in batches:
+            self.samples_yielded += len(batch)
+            yield batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _VERSION, "sampler": self._inner_start, "yielded": self._yielded}
+        state: dict[str, Any] = {self._SAMPLES_YIELDED: self.samples_yielded}
+        if has_state(self.sampler):
+            state[self._SAMPLER_STATE] = cast(Stateful, self.sampler).state_dict()
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        _check(state_dict, "BatchSampler")
-        inner = state_dict.get("sampler")
-        if inner is not None and isinstance(self.sampler, Stateful):
-            self.sampler.load_state_dict(inner)
-        self._skip = int(state_dict["yielded"])
+        if self._SAMPLES_YIELDED not in state_dict:
+            raise ValueError(f"Invalid state_dict: no {self._SAMPLES_YIELDED!r}")
+        inner = state_dict.get(self._SAMPLER_STATE)
+        if inner is not None and has_state(self.sampler):
+            cast(Stateful, self.sampler).load_state_dict(inner)
+        self._resume_samples = int(state_dict[self._SAMPLES_YIELDED])
 
 
-class StatefulDistributedSampler(DistributedSampler[T], _Counting):
-    """`conveyor.DistributedSampler` plus ``state_dict``/``load_state_dict``.
+class StatefulDistributedSampler(DistributedSampler[T], _Counted):
+    """`conveyor.DistributedSampler` with torchdata's state: ``{"yielded": n}``.
 
-    Its order depends only on ``(seed, epoch)``, so the state is the epoch and a count.
+    The order depends only on ``(seed, epoch)``; call ``set_epoch`` as usual before
+    resuming (torchdata's state does not hold the epoch either).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_counting()
+    _YIELDED = "yielded"
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__(dataset, num_replicas, rank, shuffle, seed, drop_last)
+        self.yielded = 0
+        self.next_yielded = None
 
     def __iter__(self) -> Iterator[T]:
-        return self._count(super().__iter__())
+        skip = self._start()
+        return self._counting(super().__iter__(), skip)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _VERSION, "epoch": self.epoch, "yielded": self._yielded}
+        return {self._YIELDED: self.yielded}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        _check(state_dict, "StatefulDistributedSampler")
-        self.epoch = int(state_dict["epoch"])
-        self._skip = int(state_dict["yielded"])
+        _check_yielded(state_dict, self._YIELDED)
+        self.next_yielded = int(state_dict[self._YIELDED])
+
+
+def _check_yielded(state_dict: Mapping[str, Any], key: str) -> None:
+    if key not in state_dict:
+        raise ValueError("Invalid state_dict")
+    if state_dict[key] < 0:
+        raise ValueError("Cannot load state_dict with negative yielded value")

@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["OVERFLOW", "RELEASE", "header", "is_control", "read_header"]
 
-# The engine's task-pipe messages use kinds 0 (TASK) and 1 (RESUME).
+# The engine's task-pipe messages are NamedTuples (never plain tuples), and None.
 RELEASE = 8
 OVERFLOW = 9
 

@@ -1,9 +1,9 @@
 """The worker process's end of the slab transport.
 
 `WorkerEnd` wraps the worker's raw ``receive`` and ``send_bytes``: every task starts a
-batch arena, collate stacks tensors straight into that arena's slabs (through
-`conveyor.collate.set_output_allocator`), and every outgoing message is framed with
-`to_shared`. Release and overflow messages from the main process are consumed here and
+batch arena, whose ``allocate`` the engine installs as collate's output allocator (so
+tensors are stacked straight into the arena's slabs), and every outgoing message is framed
+with `to_shared`. Release and overflow messages from the main process are consumed here and
 never reach the worker loop. One worker, one thread: not thread-safe.
 """
 
@@ -13,7 +13,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from conveyor.collate import set_output_allocator
 from conveyor.transport import protocol
 from conveyor.transport.options import SlabConfig
 from conveyor.transport.shared import to_shared
@@ -39,7 +38,7 @@ class WorkerEnd:
         send_bytes: Sends one frame to the main process.
 
     ``close()`` unlinks the slab files this worker created that the main process has not
-    attached yet, and uninstalls the collate allocator.
+    attached yet.
     """
 
     def __init__(
@@ -56,7 +55,11 @@ class WorkerEnd:
         self._arena = BatchArena(self._pool, self._wait_for_release)
         self._stash: deque[Any] = deque()
         self._stall_seq = 0
-        self._previous_allocator = set_output_allocator(self._arena.allocate)
+
+    @property
+    def allocate(self) -> Callable[[int, Any], Any]:
+        """Collate's output allocator for this worker: buffers in the current task's arena."""
+        return self._arena.allocate
 
     def receive(self) -> Any:
         """The next engine message (None: stop); handles transport messages on the way."""
@@ -104,5 +107,4 @@ class WorkerEnd:
             self._stash.append(message)
 
     def close(self) -> None:
-        set_output_allocator(self._previous_allocator)
         self._pool.close()

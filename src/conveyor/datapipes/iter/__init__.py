@@ -22,6 +22,7 @@ from conveyor.datapipes.iter.loading import (
 )
 from conveyor.datapipes.iter.offloading import Prefetcher, ProcessRunner
 from conveyor.datapipes.iter.repeating import Cycler, InMemoryCacheHolder, Repeater
+from conveyor.datapipes.iter.sampling import Sampler
 from conveyor.datapipes.iter.selecting import Filter, Header
 from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from conveyor.datapipes.iter.wrappers import IterableWrapper
@@ -55,6 +56,7 @@ __all__ = [
     "ProcessRunner",
     "Repeater",
     "RoutedDecoder",
+    "Sampler",
     "SHARDING_PRIORITIES",
     "ShardingFilter",
     "ShardLister",

@@ -25,6 +25,9 @@ from conveyor.datapipes.base import (
     check_version,
     sub_state,
 )
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.graph import iter_pipes
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 from conveyor.engine.channel import new_lock
 
 __all__ = ["Branch", "Demultiplexer", "Forker", "detach_branches"]
@@ -57,6 +60,11 @@ class _Splitter(IterDataPipe[Any]):
 
     def datapipe_inputs(self) -> list[DataPipe]:
         return [self.datapipe]
+
+    @property
+    def main_datapipe(self) -> IterDataPipe[Any]:
+        """The input (torch's name for it)."""
+        return self.datapipe
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -255,6 +263,7 @@ class Demultiplexer(_Splitter):
         drop_none: bool = False,
         buffer_size: int = 1000,
     ) -> None:
+        _check_unpickable_fn(classifier_fn)
         self.classifier_fn = classifier_fn
         self.drop_none = drop_none
         super().__init__(datapipe, num_instances, buffer_size)
@@ -273,17 +282,10 @@ def detach_branches(subgraph: IterDataPipe[Any], inside: bool) -> None:
     """
     present: dict[int, set[int]] = {}
     splitters: dict[int, _Splitter] = {}
-    stack: list[Any] = [subgraph]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in iter_pipes(subgraph):
         if isinstance(node, Branch):
             splitters[id(node.splitter)] = node.splitter
             present.setdefault(id(node.splitter), set()).add(node.instance_id)
-        stack.extend(node.datapipe_inputs())
     for key, splitter in splitters.items():
         inside_ids = present[key]
         if len(inside_ids) == splitter.num_instances:
@@ -360,6 +362,11 @@ class Branch(IterDataPipe[T]):
         self.splitter = splitter
         self.instance_id = instance_id
 
+    @property
+    def main_datapipe(self) -> _Splitter:
+        """The shared splitter (torch's name for it)."""
+        return self.splitter
+
     def _make_cursor(self, state: StateDict | None) -> Cursor[T]:
         return _BranchCursor(self, state)
 
@@ -384,3 +391,7 @@ class _BranchCursor(Cursor[T]):
 
     def close(self) -> None:
         self._splitter._leave(self._id, self._run)
+
+
+register_op("iter.fork", Forker)
+register_op("iter.demux", Demultiplexer)

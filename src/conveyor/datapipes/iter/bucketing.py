@@ -14,6 +14,7 @@ from conveyor.datapipes.base import (
     StateDict,
     as_iter_pipe,
 )
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.grouping import Batcher
 
 if TYPE_CHECKING:
@@ -152,3 +153,7 @@ class _PaddedCursor(SourceCursor[Any]):
 
     def next(self) -> Any:
         return pad_batch(self.source.nonblocking_next(), self._value)
+
+
+register_op("iter.bucketbatch", BucketBatcher)
+register_op("iter.padded_batch", PaddedBatcher)

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
-__all__ = ["Collator", "FlatMapper", "Mapper"]
+__all__ = ["Collator", "CollatorIterDataPipe", "FlatMapper", "Mapper", "MapperIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -31,6 +33,7 @@ class Mapper(IterDataPipe[Any]):
         output_col: Any = None,
     ) -> None:
         self.datapipe = as_iter_pipe(datapipe, type(self).__name__)
+        _check_unpickable_fn(fn)
         self.fn = fn
         if input_col is None and output_col is not None:
             raise ValueError("`output_col` must be None when `input_col` is None.")
@@ -150,3 +153,11 @@ class _FlatMapperCursor(SourceCursor[Any]):
 
     def extra_state(self) -> StateDict:
         return {"pending": list(self._pending)}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+MapperIterDataPipe = Mapper
+CollatorIterDataPipe = Collator
+register_op("iter.map", Mapper)
+register_op("iter.flatmap", FlatMapper)
+register_op("iter.collate", Collator)

@@ -6,9 +6,11 @@ from collections.abc import Sized
 from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.iter.sampling import Sampler
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
-__all__ = ["Shuffler"]
+__all__ = ["SamplerIterDataPipe", "Shuffler", "ShufflerIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -101,3 +103,9 @@ class _ShufflerCursor(SourceCursor[T]):
             "buffer": list(self._buffer),
             "done": self._done,
         }
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ShufflerIterDataPipe = Shuffler
+SamplerIterDataPipe = Sampler
+register_op("iter.shuffle", Shuffler)

@@ -13,9 +13,21 @@ from conveyor.datapipes.base import (
     StateDict,
     check_version,
 )
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.iter.branching import Demultiplexer, Forker
 from conveyor.engine.channel import Doorbell
 
-__all__ = ["Concater", "GreedyJoiner", "Multiplexer", "Zipper"]
+__all__ = [
+    "Concater",
+    "ConcaterIterDataPipe",
+    "DemultiplexerIterDataPipe",
+    "ForkerIterDataPipe",
+    "GreedyJoiner",
+    "Multiplexer",
+    "MultiplexerIterDataPipe",
+    "Zipper",
+    "ZipperIterDataPipe",
+]
 
 
 def _check_inputs(datapipes: tuple[Any, ...], who: str, at_least: int) -> None:
@@ -219,3 +231,15 @@ class GreedyJoiner(_Combiner):
 
     def __len__(self) -> int:
         return sum(_lengths(self.datapipes, type(self).__name__))
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ConcaterIterDataPipe = Concater
+ZipperIterDataPipe = Zipper
+MultiplexerIterDataPipe = Multiplexer
+ForkerIterDataPipe = Forker
+DemultiplexerIterDataPipe = Demultiplexer
+register_op("iter.concat", Concater)
+register_op("iter.zip", Zipper)
+register_op("iter.mux", Multiplexer)
+register_op("iter.greedy_join", GreedyJoiner)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from conveyor.datapipes.base import DataPipe, IterDataPipe, MapDataPipe, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["IterToMapConverter"]
 
@@ -67,3 +68,6 @@ class IterToMapConverter(MapDataPipe[Any]):
         state = dict(self.__dict__)
         state["_map"] = None
         return state
+
+
+register_op("iter.to_map", IterToMapConverter)

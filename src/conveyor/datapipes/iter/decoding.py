@@ -52,6 +52,10 @@ class RoutedDecoder(IterDataPipe[Any]):
         registry: DecoderRegistry | None = None,
         on_error: OnError | ErrorPolicy = "raise",
     ) -> None:
+        if not isinstance(datapipe, IterDataPipe):  # torch takes any iterable here
+            from conveyor.datapipes.iter.wrappers import IterableWrapper
+
+            datapipe = IterableWrapper(datapipe, deepcopy=False)
         self.datapipe = datapipe
         self.handlers = handlers
         self.key_fn = key_fn

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, StateDict, check_version, sub_state
+from conveyor.datapipes.functional import register_op
 from conveyor.formats.errors import ErrorPolicy, SampleError
 
 __all__ = ["ExpandingCursor", "register_functional"]
@@ -25,9 +26,8 @@ Expansion = Iterator[tuple[T, Any]]
 
 
 def register_functional(name: str, cls: type) -> None:
-    """Register ``dp.<name>(...)`` for ``cls`` unless the name is already taken."""
-    if name not in IterDataPipe.functions and not hasattr(IterDataPipe, name):
-        IterDataPipe.register_datapipe_as_function(name, cls)
+    """Make the typed method ``dp.<name>(...)`` of `IterDataPipe` build ``cls``."""
+    register_op(f"iter.{name}", cls)
 
 
 class ExpandingCursor(Cursor[T]):

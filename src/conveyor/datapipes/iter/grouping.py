@@ -14,8 +14,17 @@ from conveyor.datapipes.base import (
     StateDict,
     as_iter_pipe,
 )
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
-__all__ = ["Batcher", "Grouper", "UnBatcher"]
+__all__ = [
+    "Batcher",
+    "BatcherIterDataPipe",
+    "Grouper",
+    "GrouperIterDataPipe",
+    "UnBatcher",
+    "UnBatcherIterDataPipe",
+]
 
 T = TypeVar("T")
 
@@ -146,6 +155,7 @@ class Grouper(IterDataPipe[Any]):
         drop_remaining: bool = False,
     ) -> None:
         self.datapipe = as_iter_pipe(datapipe, type(self).__name__)
+        _check_unpickable_fn(group_key_fn)
         self.group_key_fn = group_key_fn
         self.keep_key = keep_key
         self.max_buffer_size = buffer_size
@@ -228,3 +238,32 @@ class _GrouperCursor(SourceCursor[Any]):
             "out": list(self._out),
             "done": self._done,
         }
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+BatcherIterDataPipe = Batcher
+UnBatcherIterDataPipe = UnBatcher
+GrouperIterDataPipe = Grouper
+
+
+def __getattr__(name: str) -> Any:
+    """torch's old home of ``SHARDING_PRIORITIES``, with torch's deprecation warning."""
+    if name == "SHARDING_PRIORITIES":
+        import warnings
+
+        from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES
+
+        warnings.warn(
+            "`SHARDING_PRIORITIES` from the `conveyor.datapipes.iter.grouping` module will be "
+            "removed. Please use `SHARDING_PRIORITIES` from the "
+            "`conveyor.datapipes.iter.sharding` module instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return SHARDING_PRIORITIES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+register_op("iter.batch", Batcher)
+register_op("iter.unbatch", UnBatcher)
+register_op("iter.groupby", Grouper)

@@ -26,6 +26,8 @@ from conveyor.datapipes.base import (
     check_version,
 )
 from conveyor.datapipes.cursor import FRESH_STATE
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.graph import iter_pipes
 from conveyor.datapipes.iter.branching import detach_branches
 from conveyor.engine.channel import ChannelClosed
 from conveyor.engine.offload import NEXT, End, Item, ProcessOffload, ThreadOffload
@@ -146,16 +148,9 @@ class _PassCursor(SourceCursor[T]):
 
 
 def _forget_runtime(root: IterDataPipe[Any]) -> None:
-    stack: list[Any] = [root]
-    seen: set[int] = set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in iter_pipes(root):
         if isinstance(node, IterDataPipe):
             node._forget()
-        stack.extend(node.datapipe_inputs())
 
 
 class _OffloadCursor(Cursor[T]):
@@ -217,3 +212,7 @@ def _ending(offload: ThreadOffload | ProcessOffload) -> str:
     if isinstance(offload, ProcessOffload):
         return f"the process running the pipe ended unexpectedly ({offload.describe_exit()})"
     return "the thread running the pipe ended unexpectedly"
+
+
+register_op("iter.prefetch", Prefetcher)
+register_op("iter.run_in_process", ProcessRunner)

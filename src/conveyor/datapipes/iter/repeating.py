@@ -15,6 +15,7 @@ from conveyor.datapipes.base import (
     check_version,
     sub_state,
 )
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["Cycler", "InMemoryCacheHolder", "Repeater"]
 
@@ -218,3 +219,8 @@ class _CacheCursor(Cursor[T]):
 
     def close(self) -> None:
         self._source.close()
+
+
+register_op("iter.cycle", Cycler)
+register_op("iter.repeat", Repeater)
+register_op("iter.in_memory_cache", InMemoryCacheHolder)

@@ -6,9 +6,11 @@ from collections.abc import Callable, Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.columns import call_on_columns, validate_input_col
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
-__all__ = ["Filter", "Header"]
+__all__ = ["Filter", "FilterIterDataPipe", "Header"]
 
 T = TypeVar("T")
 
@@ -24,6 +26,7 @@ class Filter(IterDataPipe[T]):
         self, datapipe: IterDataPipe[T], filter_fn: Callable[..., bool], input_col: Any = None
     ) -> None:
         self.datapipe = as_iter_pipe(datapipe, type(self).__name__)
+        _check_unpickable_fn(filter_fn)
         self.filter_fn = filter_fn
         self.input_col = input_col
         validate_input_col(filter_fn, input_col)
@@ -92,3 +95,9 @@ class _HeaderCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"count": self._count}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+FilterIterDataPipe = Filter
+register_op("iter.filter", Filter)
+register_op("iter.header", Header)

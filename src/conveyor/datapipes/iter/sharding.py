@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Mapping, Sized
 from enum import IntEnum
 from typing import TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
+from conveyor.datapipes.functional import register_op
 
-__all__ = ["SHARDING_PRIORITIES", "ShardingFilter"]
+__all__ = ["SHARDING_PRIORITIES", "ShardingFilter", "ShardingFilterIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -24,6 +25,34 @@ class SHARDING_PRIORITIES(IntEnum):
     DEFAULT = 1
     DISTRIBUTED = 2
     MULTIPROCESSING = 3
+
+
+def check_shard(num_of_instances: int, instance_id: int) -> None:
+    """The arguments of every node's ``apply_sharding``: a valid slot of a valid count."""
+    if num_of_instances < 1:
+        raise ValueError(f"num_of_instances({num_of_instances}) should be at least 1")
+    if not 0 <= instance_id < num_of_instances:
+        raise ValueError(
+            f"instance_id({instance_id}) should be smaller than "
+            f"num_of_instances({num_of_instances}) and not negative"
+        )
+
+
+def combine_groups(
+    groups: Mapping[int, tuple[int, int]], only: int | None = None
+) -> tuple[int, int]:
+    """``(num_of_instances, instance_id)`` of the combined sharding groups (``only``: one).
+
+    Higher-priority groups split first: shard ``i`` of group A and ``j`` of group B make
+    shard ``i * size_B + j`` (as torch combines them).
+    """
+    total, index = 1, 0
+    for key in sorted(groups, reverse=True):
+        if only is None or key == only:
+            size, position = groups[key]
+            index += total * position
+            total *= size
+    return total, index
 
 
 class ShardingFilter(IterDataPipe[T]):
@@ -55,13 +84,7 @@ class ShardingFilter(IterDataPipe[T]):
         sharding_group: int = SHARDING_PRIORITIES.DEFAULT,
     ) -> None:
         """Make this node shard ``instance_id`` of ``num_of_instances`` within a group."""
-        if num_of_instances < 1:
-            raise ValueError(f"num_of_instances({num_of_instances}) should be at least 1")
-        if not 0 <= instance_id < num_of_instances:
-            raise ValueError(
-                f"instance_id({instance_id}) should be smaller than "
-                f"num_of_instances({num_of_instances}) and not negative"
-            )
+        check_shard(num_of_instances, instance_id)
         default = SHARDING_PRIORITIES.DEFAULT
         if sharding_group == default:
             mixed = bool(self.groups) and default not in self.groups
@@ -73,16 +96,9 @@ class ShardingFilter(IterDataPipe[T]):
         self._combine_groups()
 
     def _combine_groups(self) -> None:
-        selected = [
-            self.groups[key]
-            for key in sorted(self.groups, reverse=True)
-            if self.sharding_group_filter is None or key == self.sharding_group_filter
-        ]
-        total, index = 1, 0
-        for group_size, group_index in selected:
-            index += total * group_index
-            total *= group_size
-        self.num_of_instances, self.instance_id = total, index
+        self.num_of_instances, self.instance_id = combine_groups(
+            self.groups, self.sharding_group_filter
+        )
 
     def _make_cursor(self, state: StateDict | None) -> Cursor[T]:
         return _ShardingCursor(self, state)
@@ -112,3 +128,8 @@ class _ShardingCursor(SourceCursor[T]):
 
     def extra_state(self) -> StateDict:
         return {"position": self._position}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ShardingFilterIterDataPipe = ShardingFilter
+register_op("iter.sharding_filter", ShardingFilter)

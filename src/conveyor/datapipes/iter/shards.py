@@ -14,7 +14,7 @@ from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDic
 from conveyor.datapipes.iter.combinatorics import Shuffler
 from conveyor.datapipes.iter.decoding import RoutedDecoder
 from conveyor.datapipes.iter.files import FileOpener
-from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES
+from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES, check_shard, combine_groups
 from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
 from conveyor.datapipes.rng import SplitMix64, draw_seed
 from conveyor.distributed import world_and_rank
@@ -95,10 +95,7 @@ class ShardLister(IterDataPipe[str]):
         sharding_group: int = SHARDING_PRIORITIES.DEFAULT,
     ) -> None:
         """Make this node consumer ``instance_id`` of ``num_of_instances`` (within a group)."""
-        if num_of_instances < 1 or not 0 <= instance_id < num_of_instances:
-            raise ValueError(
-                f"instance_id({instance_id}) should be in [0, num_of_instances({num_of_instances}))"
-            )
+        check_shard(num_of_instances, instance_id)
         self.groups[int(sharding_group)] = (num_of_instances, instance_id)
 
     def set_shuffle(self, shuffle: bool = True) -> Self:
@@ -114,12 +111,7 @@ class ShardLister(IterDataPipe[str]):
     def _slot(self) -> tuple[int, int]:
         if not self.groups:
             return consumer_slot()
-        total, index = 1, 0
-        for key in sorted(self.groups, reverse=True):
-            size, position = self.groups[key]
-            index += total * position
-            total *= size
-        return total, index
+        return combine_groups(self.groups)
 
     def _pass_seed(self) -> int:
         self._passes += 1

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
+from conveyor.datapipes.utils.common import _check_unpickable_fn
 
-__all__ = ["Mapper"]
+__all__ = ["Mapper", "MapperMapDataPipe"]
 
 U = TypeVar("U")
 
@@ -23,6 +25,7 @@ class Mapper(MapDataPipe[U]):
     """
 
     def __init__(self, datapipe: MapDataPipe[Any], fn: Callable[[Any], U] = _identity) -> None:
+        _check_unpickable_fn(fn)
         self.datapipe = datapipe
         self.fn = fn
 
@@ -31,3 +34,8 @@ class Mapper(MapDataPipe[U]):
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+MapperMapDataPipe = Mapper
+register_op("map.map", Mapper)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
+from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
-__all__ = ["Shuffler"]
+__all__ = ["Shuffler", "ShufflerIterDataPipe"]
 
 T = TypeVar("T")
 
@@ -72,3 +73,8 @@ class _PermutationCursor(Cursor[T]):
 
     def state(self) -> StateDict:
         return {"version": 1, "seed": self._seed, "position": self._position}
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ShufflerIterDataPipe = Shuffler  # torch's map shuffle is iterable-style too
+register_op("map.shuffle", Shuffler)

@@ -6,8 +6,9 @@ from collections.abc import Sized
 from typing import Any
 
 from conveyor.datapipes.base import MapDataPipe
+from conveyor.datapipes.functional import register_op
 
-__all__ = ["Concater", "Zipper"]
+__all__ = ["Concater", "ConcaterMapDataPipe", "Zipper", "ZipperMapDataPipe"]
 
 
 def _check(datapipes: tuple[Any, ...]) -> None:
@@ -65,3 +66,10 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     def __len__(self) -> int:
         return min(len(dp) for dp in self.datapipes)  # type: ignore[arg-type]
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+ConcaterMapDataPipe = Concater
+ZipperMapDataPipe = Zipper
+register_op("map.concat", Concater)
+register_op("map.zip", Zipper)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, MapDataPipe, StateDict, check_version
+from conveyor.datapipes.functional import register_op
 
 __all__ = ["MapToIterConverter"]
 
@@ -54,3 +55,6 @@ class _IndexCursor(Cursor[T]):
 
     def state(self) -> StateDict:
         return {"version": 1, "position": self._position}
+
+
+register_op("map.to_iter", MapToIterConverter)

@@ -6,8 +6,9 @@ from collections.abc import Sized
 from typing import Any, TypeVar
 
 from conveyor.datapipes.base import DataChunk, MapDataPipe
+from conveyor.datapipes.functional import register_op
 
-__all__ = ["Batcher"]
+__all__ = ["Batcher", "BatcherMapDataPipe"]
 
 T = TypeVar("T")
 
@@ -51,3 +52,8 @@ class Batcher(MapDataPipe[DataChunk[T]]):
                 return size // self.batch_size
             return (size + self.batch_size - 1) // self.batch_size
         raise TypeError(f"{type(self).__name__} instance doesn't have valid length")
+
+
+# torch's class name at torch's module path (``torch.utils.data.datapipes...``).
+BatcherMapDataPipe = Batcher
+register_op("map.batch", Batcher)

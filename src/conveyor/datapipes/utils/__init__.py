@@ -1,0 +1,1 @@
+"""torch's module paths under ``datapipes.utils`` (common, decoder, snapshot)."""

@@ -1,0 +1,100 @@
+"""The tasks of one epoch between dispatch and delivery, and which worker gets the next one.
+
+Pure bookkeeping (no pools, no processes), so it is unit-tested on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["InFlight", "RoundRobin", "Ticket"]
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One dispatched task: its worker, its position in the epoch, whether it was answered."""
+
+    worker_id: int
+    position: int
+    answered: bool = False
+
+
+class InFlight:
+    """Every task of one epoch from dispatch until its result is delivered or forgotten.
+
+    A task is *awaited* until its worker answers, then *held* (its result waits in the
+    result buffer) until the iterator delivers it. Answers to tasks the ledger does not
+    know (a previous epoch's) are ignored by the caller.
+    """
+
+    def __init__(self) -> None:
+        self._tickets: dict[int, Ticket] = {}
+        self._awaited = 0
+
+    @property
+    def awaited(self) -> int:
+        """Tasks dispatched and not yet answered (what the prefetch limit counts)."""
+        return self._awaited
+
+    def dispatch(self, task_id: int, worker_id: int, position: int) -> None:
+        self._tickets[task_id] = Ticket(worker_id, position)
+        self._awaited += 1
+
+    def answer(self, task_id: int) -> Ticket | None:
+        """Mark ``task_id`` answered; None if it is not awaited here (a late answer)."""
+        ticket = self._tickets.get(task_id)
+        if ticket is None or ticket.answered:
+            return None
+        ticket.answered = True
+        self._awaited -= 1
+        return ticket
+
+    def deliver(self, task_id: int) -> Ticket:
+        """The answered task's result leaves the iterator: forget it."""
+        return self._tickets.pop(task_id)
+
+    def drop(self, task_id: int) -> None:
+        """Forget an answered task that delivers nothing (a stream's end)."""
+        self._tickets.pop(task_id, None)
+
+    def orphan(self, worker_id: int) -> list[int]:
+        """Forget the awaited tasks of a worker that will not answer them; their ids."""
+        orphans = [
+            task_id
+            for task_id, ticket in self._tickets.items()
+            if ticket.worker_id == worker_id and not ticket.answered
+        ]
+        for task_id in orphans:
+            del self._tickets[task_id]
+        self._awaited -= len(orphans)
+        return orphans
+
+    def holds(self, worker_id: int) -> bool:
+        """Whether any task of this worker is awaited or waits for delivery."""
+        return any(ticket.worker_id == worker_id for ticket in self._tickets.values())
+
+    def worker_of(self, task_id: int) -> int | None:
+        ticket = self._tickets.get(task_id)
+        return None if ticket is None else ticket.worker_id
+
+
+class RoundRobin:
+    """Deals tasks to live workers in turn; a worker whose stream ended is skipped."""
+
+    def __init__(self, num_workers: int, active: list[bool] | None = None, start: int = 0):
+        self.num_workers = num_workers
+        self.active = [True] * num_workers if active is None else list(active)
+        self.cursor = start  # the worker considered next
+
+    def next(self, advance: bool = True) -> int | None:
+        """The next live worker (and move past it unless ``advance`` is False); None if none."""
+        for step in range(self.num_workers):
+            worker_id = (self.cursor + step) % self.num_workers
+            if self.active[worker_id]:
+                if advance:
+                    self.cursor = (worker_id + 1) % self.num_workers
+                return worker_id
+        return None
+
+    def retire(self, worker_id: int) -> None:
+        self.active[worker_id] = False

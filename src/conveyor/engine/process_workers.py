@@ -1,0 +1,124 @@
+"""Worker processes (torch's kind): the `WorkerKind` strategy over `ProcessPool`.
+
+Each worker seeds the process-wide ``random``/torch/NumPy generators, owns its dataset
+replica by being a process, and publishes `get_worker_info` process-wide. Under
+spawn/forkserver one zygote per loader forks each epoch's workers (engine/zygote.py);
+batches are pinned by a background thread (engine/pin_thread.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import torch
+
+from conveyor.engine.pin_thread import PinningPool
+from conveyor.engine.pool import WorkerPool
+from conveyor.engine.process_pool import ProcessPool
+from conveyor.engine.seeding import seed_process_rngs
+from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
+from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
+from conveyor.engine.zygote import Zygote
+from conveyor.string_table import warn_copy_on_read
+
+__all__ = ["ProcessWorkers", "warn_if_cuda_before_fork", "warn_if_too_many_workers"]
+
+# The warnings below point at the user's line: DataLoader(...) or iter(loader).
+_STACKLEVEL = 5
+
+
+def warn_if_too_many_workers(num_workers: int, stacklevel: int = _STACKLEVEL) -> None:
+    """torch's warning when more worker processes are asked for than CPUs are usable."""
+    try:
+        suggested: int | None = len(os.sched_getaffinity(0))
+    except AttributeError:
+        suggested = os.cpu_count()
+    if suggested is not None and num_workers <= suggested:
+        return
+    detail = (
+        f"Our suggested max number of worker in current system is {suggested}, which is "
+        "smaller than what this DataLoader is going to create."
+        if suggested is not None
+        else "DataLoader is not able to compute a suggested max number of worker."
+    )
+    warnings.warn(
+        f"This DataLoader will create {num_workers} worker processes in total. "
+        f"{detail} Please be aware that excessive worker creation might get DataLoader "
+        "running slow or even freeze, lower the worker number to avoid potential "
+        "slowness/freeze if necessary.",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def warn_if_cuda_before_fork(context: BaseContext | None, stacklevel: int = _STACKLEVEL) -> None:
+    """Forked workers cannot use CUDA once the parent initialised it: say so up front."""
+    method = (context or multiprocessing.get_context()).get_start_method()
+    if method == "fork" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        warnings.warn(
+            "CUDA is initialised in this process and the DataLoader's workers will be forked: "
+            "any CUDA call in a worker fails ('Cannot re-initialize CUDA in forked "
+            "subprocess'). Keep CUDA out of the dataset, or pass "
+            "multiprocessing_context='spawn' (conveyor starts spawn workers from one zygote, "
+            "so it stays fast).",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+
+class ProcessWorkers:
+    """Worker processes; keeps the loader's zygote (spawn/forkserver) across epochs."""
+
+    name = "process"
+    private_copies = False
+
+    def __init__(self) -> None:
+        self._zygote: Zygote | None = None
+        self._warned = False
+
+    def __reduce__(self) -> tuple[type[ProcessWorkers], tuple[()]]:
+        return (ProcessWorkers, ())  # a worker gets the strategy, not the zygote
+
+    # ----- in the main process
+    def check_count(self, num_workers: int) -> None:
+        if num_workers:
+            warn_if_too_many_workers(num_workers)
+
+    def check_start(self, dataset: Any, options: WorkerOptions) -> None:
+        self.check_count(options.num_workers)
+        if not self._warned:
+            self._warned = True
+            warn_copy_on_read(dataset, stacklevel=_STACKLEVEL)
+            warn_if_cuda_before_fork(options.multiprocessing_context)
+
+    def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
+        options = setup.workers
+        context = options.context
+        zygote = None
+        if context.get_start_method() in ("spawn", "forkserver"):
+            if self._zygote is None:
+                self._zygote = Zygote(context)
+            zygote = self._zygote
+        pool = ProcessPool(setup, context, zygote=zygote)
+        if pin is None:
+            return pool, None
+        return PinningPool(pool, pin), None  # pinned in a background thread
+
+    def close(self) -> None:
+        zygote, self._zygote = self._zygote, None
+        if zygote is not None:
+            zygote.close()
+
+    # ----- in a worker
+    def seed(self, base_seed: int, worker_id: int) -> int:
+        return seed_process_rngs(base_seed, worker_id)
+
+    def own_dataset(self, dataset: Any) -> Any:
+        return dataset  # a process has its own copy already
+
+    def publish(self, info: WorkerInfo) -> None:
+        install_process_worker_info(info)

@@ -1,0 +1,347 @@
+"""Read-ahead for remote objects: concurrent ranged GETs in a bounded window, next shard early.
+
+Why: `RangedReader` (and fsspec's file object) asks for the next range only when the reader
+runs out of bytes, one request at a time: every block boundary costs a round trip during
+which the worker has nothing to parse, and a single TCP stream moves at most its window per
+round trip. Over a 100 ms link that cuts an I/O-bound reader to a third (S7 in
+docs/benchmarks.md).
+
+`ReadAheadStream` keeps up to ``depth`` blocks requested ahead of the reading position,
+each its own ranged GET, running concurrently on fsspec's event loop (connections are
+pooled and reused by the file system's client, one per concurrent request, kept alive
+across shards). The first blocks ramp up from ``first_block`` (1, 2, 4 MiB) to
+``block_size`` (8 MiB) so that a first batch does not wait for a whole block. Memory is
+bounded by ``depth * block_size`` per stream (blocks behind the position are dropped). The
+object's size is asked for at the same time as the first block, never before it.
+
+`ReadAhead.hint(url)` starts the next shard (its size and first block) while the current
+one is still being read; `ReadAhead.open(url)` takes that stream if it was hinted. At most
+``hints`` streams wait that way; the oldest is cancelled when more are hinted. Per worker
+that is at most ``(1 + hints) * depth * block_size`` bytes (64 MiB by default).
+
+This module starts no thread: requests are coroutines of the fsspec file system's own
+event loop (``fs.loop``), awaited through ``concurrent.futures`` futures.
+
+Not wired yet (measured in benchmarks/s7_object_store.py as ``conveyor-ra``, built from
+public pieces). To merge, after storage's `RangedReader` (retries from the byte reached):
+- back ``fetch(start, end)`` with the `RangeSource` (``request`` + ``read`` to the end of
+  the range, on the loop) under a `RetryRun`, instead of s3fs's ``_cat_file`` used here,
+  which does not retry (conveyor turns botocore's retries off);
+- ``RemoteFileSystem.open``: return such a stream when read-ahead is on (a
+  ``RemoteOptions`` field: depth, 0 = off) and the file system is asynchronous;
+- ``ShardLister``'s cursor: when it hands out shard ``k``, call
+  ``read_ahead(fs).hint(url of this consumer's shard k + 1)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
+from concurrent.futures import CancelledError, Future
+from typing import Any
+
+__all__ = [
+    "DEFAULT_DEPTH",
+    "DEFAULT_FIRST_BLOCK",
+    "DEFAULT_HINTS",
+    "DEFAULT_READAHEAD_BLOCK",
+    "ReadAhead",
+    "ReadAheadStream",
+    "read_ahead",
+    "supports",
+]
+
+DEFAULT_READAHEAD_BLOCK = 8 << 20
+DEFAULT_FIRST_BLOCK = 1 << 20
+"""The first block of a stream (then 2, 4, 8 MiB): a first batch need not wait for 8 MiB."""
+DEFAULT_DEPTH = 4
+"""Blocks in flight per stream: 4 x 8 MiB = 32 MiB per open shard."""
+DEFAULT_HINTS = 1
+"""Shards opened early per process (each holds up to ``depth`` blocks)."""
+
+Fetch = Callable[[int, int], "Future[bytes]"]
+
+
+def supports(fs: Any) -> bool:
+    """True for fsspec file systems that can run ranged reads concurrently (s3, gcs, http)."""
+    return bool(getattr(fs, "async_impl", False)) and getattr(fs, "loop", None) is not None
+
+
+class ReadAheadStream(io.RawIOBase):
+    """A sequential, seekable reader of ``[0, size)`` that fetches blocks ahead of itself.
+
+    ``fetch(start, end)`` returns a future of the bytes ``[start, end)`` (fewer at the end
+    of the object); ``size`` is the object's size or a future of it. Reads wait for the
+    block under the position; seeking drops the blocks outside the new window.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        fetch: Fetch,
+        size: int | Future[int],
+        block_size: int = DEFAULT_READAHEAD_BLOCK,
+        depth: int = DEFAULT_DEPTH,
+        timeout: float | None = None,
+        first_block: int | None = DEFAULT_FIRST_BLOCK,
+    ) -> None:
+        if block_size < 1 or depth < 1:
+            raise ValueError("ReadAheadStream: block_size and depth must be at least 1")
+        # The first blocks double from ``first_block`` up to ``block_size`` (the ramp): the
+        # first bytes (a first batch) arrive sooner than a whole block would.
+        self._ramp: list[int] = []
+        step = first_block or block_size
+        while step < block_size:
+            self._ramp.append(step)
+            step *= 2
+        self._ramp_bytes = sum(self._ramp)
+        super().__init__()
+        self.url = url
+        self._fetch = fetch
+        self._size_future = size if isinstance(size, Future) else None
+        self._size: int | None = None if isinstance(size, Future) else size
+        self.block_size = block_size
+        self.depth = depth
+        self.timeout = timeout
+        self._position = 0
+        self._blocks: OrderedDict[int, Future[bytes]] = OrderedDict()
+        self._current: tuple[int, bytes] | None = None
+        self._large = False  # a full block has come back: the object goes on after it
+        self._schedule(0)
+
+    # -- sizes and scheduling
+
+    @property
+    def size(self) -> int:
+        """The object's size (waits for the HEAD request if it is still running)."""
+        if self._size is None:
+            assert self._size_future is not None
+            self._size = int(self._wait(self._size_future, "size"))
+        return self._size
+
+    def _known_size(self) -> int | None:
+        if self._size is None and self._size_future is not None and self._size_future.done():
+            return self.size
+        return self._size
+
+    def _schedule(self, first: int) -> None:
+        """Request blocks ``first .. first + depth - 1`` that exist and are not requested."""
+        size = self._known_size()
+        if size is not None:
+            last = min(first + self.depth, self._count(size)) - 1
+        elif self._large:  # size unknown, but a full block came back: fill the window
+            last = first + self.depth - 1  # a block past the end answers 416: read as the end
+        else:  # nothing known yet: the first block only
+            last = first
+        for index in range(first, last + 1):
+            if index not in self._blocks:
+                start, end = self._span(index)
+                self._blocks[index] = self._fetch(start, end)
+        for index in [i for i in self._blocks if i < first or i > first + self.depth - 1]:
+            self._blocks.pop(index).cancel()
+
+    def _span(self, index: int) -> tuple[int, int]:
+        """Bytes ``[start, end)`` of block ``index``: the ramp's blocks, then full ones."""
+        if index < len(self._ramp):
+            start = sum(self._ramp[:index])
+            return start, start + self._ramp[index]
+        start = self._ramp_bytes + (index - len(self._ramp)) * self.block_size
+        return start, start + self.block_size
+
+    def _index(self, offset: int) -> int:
+        if offset >= self._ramp_bytes:
+            return len(self._ramp) + (offset - self._ramp_bytes) // self.block_size
+        index = 0
+        while offset >= self._ramp[index]:
+            offset -= self._ramp[index]
+            index += 1
+        return index
+
+    def _count(self, size: int) -> int:
+        """Blocks of an object of ``size`` bytes."""
+        return self._index(size - 1) + 1 if size > 0 else 1
+
+    def _wait(self, future: Future[Any], what: str) -> Any:
+        try:
+            return future.result(self.timeout)
+        except CancelledError:
+            raise OSError(f"read-ahead of {self.url!r} ({what}) was cancelled") from None
+        except TimeoutError:
+            raise OSError(
+                f"read-ahead of {self.url!r} ({what}): no answer in {self.timeout} s"
+            ) from None
+        except Exception as error:
+            reason = f"{type(error).__name__}: {error}"
+            raise OSError(f"read-ahead of {self.url!r} ({what}): {reason}") from error
+
+    def _block(self, index: int) -> bytes:
+        if self._current is not None and self._current[0] == index:
+            return self._current[1]
+        self._schedule(index)
+        future = self._blocks.get(index)
+        if future is None:
+            return b""  # past the end
+        start, end = self._span(index)
+        try:
+            data: bytes = self._wait(future, f"bytes {start}-{end - 1}")
+        except OSError:
+            if start >= self.size:  # asked past the end before the size was known
+                return b""
+            raise
+        self._blocks.pop(index, None)
+        if len(data) < end - start:  # a short block is the last one
+            self._size = start + len(data)
+        else:
+            self._large = True
+        self._current = (index, data)
+        self._schedule(index + 1)  # keep the window full while this block is consumed
+        return data
+
+    # -- io.RawIOBase
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._position
+        elif whence == io.SEEK_END:
+            offset += self.size
+        if offset < 0:
+            raise ValueError(f"negative seek position {offset}")
+        self._position = offset
+        self._schedule(self._index(offset))
+        return offset
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        wanted = -1 if size is None or size < 0 else size
+        parts: list[bytes] = []
+        while wanted != 0:
+            index = self._index(self._position)
+            offset = self._position - self._span(index)[0]
+            data = self._block(index)
+            chunk = data[offset:] if wanted < 0 else data[offset : offset + wanted]
+            if not chunk:
+                break
+            parts.append(chunk)
+            self._position += len(chunk)
+            if wanted > 0:
+                wanted -= len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            for future in self._blocks.values():
+                future.cancel()
+            self._blocks.clear()
+            self._current = None
+            if self._size_future is not None:
+                self._size_future.cancel()
+        super().close()
+
+
+class ReadAhead:
+    """Opens objects of one async fsspec file system as `ReadAheadStream`; hints the next."""
+
+    def __init__(
+        self,
+        fs: Any,
+        block_size: int = DEFAULT_READAHEAD_BLOCK,
+        depth: int = DEFAULT_DEPTH,
+        hints: int = DEFAULT_HINTS,
+        timeout: float | None = None,
+        first_block: int | None = DEFAULT_FIRST_BLOCK,
+    ) -> None:
+        if not supports(fs):
+            raise ValueError(f"ReadAhead needs an asynchronous fsspec file system, not {fs!r}")
+        self.fs = fs
+        self.block_size = block_size
+        self.depth = depth
+        self.hints = hints
+        self.timeout = timeout
+        self.first_block = first_block
+        self._hinted: OrderedDict[str, ReadAheadStream] = OrderedDict()
+        self._connecting: asyncio.Future[Any] | None = None
+
+    def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
+
+    async def _ready(self) -> None:
+        """Connect once: s3fs builds its client on the first call without a lock, so the
+        first concurrent requests would each build one (a quarter second of CPU each)."""
+        connect = getattr(self.fs, "set_session", None)
+        if connect is None:
+            return
+        if self._connecting is None:  # runs on the event loop's thread: no race
+            self._connecting = asyncio.ensure_future(connect())
+        await asyncio.shield(self._connecting)
+
+    async def _get(self, path: str, start: int, end: int) -> bytes:
+        await self._ready()
+        data: bytes = await self.fs._cat_file(path, start=start, end=end)
+        return data
+
+    async def _size(self, path: str) -> int:
+        await self._ready()
+        return int(await self.fs._size(path))
+
+    def _start(self, url: str) -> ReadAheadStream:
+        path = self.fs._strip_protocol(url)
+
+        def fetch(start: int, end: int) -> Future[bytes]:
+            return self._submit(self._get(path, start, end))
+
+        size: Future[int] = self._submit(self._size(path))
+        return ReadAheadStream(
+            url, fetch, size, self.block_size, self.depth, self.timeout, self.first_block
+        )
+
+    def hint(self, url: str) -> None:
+        """Start reading ``url`` now: it is the next one `open` will be asked for."""
+        if self.hints < 1 or url in self._hinted:
+            return
+        self._hinted[url] = self._start(url)
+        while len(self._hinted) > self.hints:
+            _, dropped = self._hinted.popitem(last=False)
+            dropped.close()
+
+    def open(self, url: str) -> ReadAheadStream:
+        """A read-ahead stream of ``url`` (the hinted one if there is; the caller closes it)."""
+        hinted = self._hinted.pop(url, None)
+        return hinted if hinted is not None else self._start(url)
+
+    def close(self) -> None:
+        """Cancel the hinted streams nobody opened."""
+        while self._hinted:
+            self._hinted.popitem()[1].close()
+
+
+_instances: dict[tuple[int, int], ReadAhead] = {}
+
+
+def read_ahead(fs: Any, **settings: Any) -> ReadAhead:
+    """This process's `ReadAhead` for ``fs`` (created on first use with ``settings``)."""
+    key = (os.getpid(), id(fs))
+    found = _instances.get(key)
+    if found is None or found.fs is not fs:
+        found = _instances[key] = ReadAhead(fs, **settings)
+    return found

@@ -1,0 +1,116 @@
+"""The engine's pure bookkeeping, without processes: result buffers, the in-flight ledger,
+round-robin dealing, the delivery log and the bad-sample ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor.engine.in_flight import InFlight, RoundRobin
+from conveyor.engine.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
+from conveyor.engine.skips import EXAMPLES_KEPT, SkipLog
+from conveyor.formats.errors import BadSampleWarning
+from conveyor.state.loader_state import DeliveryLog
+
+
+def test_in_order_buffer_holds_early_results_until_their_turn() -> None:
+    buffer = make_buffer(in_order=True)
+    assert isinstance(buffer, InOrderBuffer)
+    for task_id in range(4):
+        buffer.expect(task_id)
+    buffer.put(2, "c")
+    buffer.put(1, "b")
+    assert buffer.pop() is EMPTY and buffer.head() == 0 and len(buffer) == 4
+    buffer.put(0, "a")
+    assert [buffer.pop(), buffer.pop(), buffer.pop()] == ["a", "b", "c"]
+    assert buffer.pop() is EMPTY and len(buffer) == 1
+
+
+def test_in_order_buffer_skips_forgotten_tasks() -> None:
+    buffer = InOrderBuffer()
+    for task_id in range(4):
+        buffer.expect(task_id)
+    buffer.forget([0, 2])
+    assert buffer.head() == 1 and len(buffer) == 2
+    buffer.put(3, "d")
+    buffer.put(1, "b")
+    assert [buffer.pop(), buffer.pop()] == ["b", "d"]
+    assert buffer.pop() is EMPTY and len(buffer) == 0 and buffer.head() is None
+
+
+def test_ready_first_buffer_hands_out_in_arrival_order() -> None:
+    buffer = make_buffer(in_order=False)
+    assert isinstance(buffer, ReadyFirstBuffer)
+    for task_id in range(3):
+        buffer.expect(task_id)
+    assert buffer.pop() is EMPTY
+    buffer.put(2, "c")
+    buffer.put(0, "a")
+    buffer.forget([1])
+    assert len(buffer) == 2
+    assert [buffer.pop(), buffer.pop()] == ["c", "a"]
+    assert buffer.pop() is EMPTY and len(buffer) == 0
+
+
+def test_in_flight_follows_a_task_from_dispatch_to_delivery() -> None:
+    ledger = InFlight()
+    ledger.dispatch(0, worker_id=0, position=0)
+    ledger.dispatch(1, worker_id=1, position=1)
+    ledger.dispatch(2, worker_id=0, position=2)
+    assert ledger.awaited == 3
+    ticket = ledger.answer(1)
+    assert ticket is not None and (ticket.worker_id, ticket.position) == (1, 1)
+    assert ledger.answer(1) is None  # answered once only
+    assert ledger.answer(99) is None  # a late answer of another epoch
+    assert ledger.awaited == 2 and ledger.holds(1) and ledger.worker_of(1) == 1
+    delivered = ledger.deliver(1)
+    assert delivered.position == 1 and not ledger.holds(1) and ledger.worker_of(1) is None
+
+
+def test_in_flight_orphans_only_the_unanswered_tasks_of_an_ended_worker() -> None:
+    ledger = InFlight()
+    for task_id in range(4):
+        ledger.dispatch(task_id, worker_id=task_id % 2, position=task_id)
+    assert ledger.answer(0) is not None  # worker 0's first batch waits for delivery
+    assert ledger.answer(2) is not None  # worker 0's stream ended here
+    ledger.drop(2)
+    assert ledger.orphan(0) == []
+    assert ledger.orphan(1) == [1, 3] and ledger.awaited == 0
+    assert ledger.holds(0) and not ledger.holds(1)
+
+
+def test_round_robin_skips_retired_workers_and_can_peek() -> None:
+    dealer = RoundRobin(3)
+    assert [dealer.next() for _ in range(4)] == [0, 1, 2, 0]
+    dealer.retire(2)
+    assert dealer.next(advance=False) == 1
+    assert [dealer.next() for _ in range(3)] == [1, 0, 1]
+    resumed = RoundRobin(3, active=[False, True, True], start=0)
+    assert resumed.next() == 1
+    resumed.retire(1)
+    resumed.retire(2)
+    assert resumed.next() is None
+
+
+def test_delivery_log_keeps_a_watermark_and_what_came_ahead() -> None:
+    log = DeliveryLog(num_workers=2, watermark=3, ahead={5})
+    log.delivered(0, 4, b"s0")
+    assert (log.watermark, log.ahead) == (3, {4, 5})
+    log.delivered(1, 3, None)
+    assert (log.watermark, log.ahead) == (6, set())
+    assert log.counts == [1, 1] and log.states == [b"s0", None]
+
+
+def test_skip_log_counts_keeps_examples_and_reports_once() -> None:
+    log = SkipLog(max_skipped=None)
+    log.record(())
+    log.record(tuple((i, f"ValueError: bad {i}") for i in range(EXAMPLES_KEPT + 2)))
+    assert log.count == EXAMPLES_KEPT + 2 and len(log.examples) == EXAMPLES_KEPT
+    with pytest.warns(BadSampleWarning, match=f"skipped {EXAMPLES_KEPT + 2} bad samples"):
+        log.report()
+
+
+def test_skip_log_stops_past_the_limit() -> None:
+    log = SkipLog(max_skipped=1)
+    log.record(((7, "KeyError: 7"),))
+    with pytest.raises(RuntimeError, match=r"more than max_skipped=1.*index 7"):
+        log.record(((8, "KeyError: 8"),))
