@@ -7,7 +7,8 @@
 3. Trains a tiny CNN for a few epochs and prints loss, accuracy and loader throughput,
    then removes the temporary directory.
 
-Run with ``python -m conveyor.demo [--num-workers N] [--epochs E] [--samples S]``.
+Run with ``conveyor demo`` (or ``python -m conveyor.demo``) ``[--num-workers N] [--epochs E]
+[--samples S]``; it needs Pillow (``pip install conveyor[image]``).
 """
 
 from __future__ import annotations
@@ -103,16 +104,42 @@ def train_epoch(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-workers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--samples", type=int, default=1024)
+DESCRIPTION = (
+    "Write synthetic JPEGs into tar shards, stream them with worker processes "
+    "(decode, random crop, batch), train a tiny CNN, print throughput."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options (shared by ``conveyor demo`` and ``python -m conveyor.demo``)."""
+    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader workers")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per batch")
+    parser.add_argument("--samples", type=int, default=1024, help="images to write")
     parser.add_argument("--side", type=int, default=64, help="image side in pixels")
-    parser.add_argument("--crop", type=int, default=56)
+    parser.add_argument("--crop", type=int, default=56, help="random crop side in pixels")
     parser.add_argument("--per-shard", type=int, default=128, help="samples per tar shard")
-    parser.add_argument("--epochs", type=int, default=3)
-    args = parser.parse_args(argv)
+    parser.add_argument("--epochs", type=int, default=3, help="training epochs")
+
+
+def require_pillow() -> None:
+    """Fail before any work, with what to install, when Pillow is missing."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "the demo writes and decodes JPEGs and needs Pillow: pip install conveyor[image]"
+        ) from error
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conveyor.demo", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo with parsed options (`add_arguments`); returns the exit status 0."""
+    require_pillow()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the workers use the other cores
     with tempfile.TemporaryDirectory(prefix="conveyor-demo-") as directory:

@@ -1,26 +1,31 @@
 """Draw bench results with matplotlib (``pip install conveyor[plot]``).
 
-S1-S3: throughput against num_workers, one line per loader, min-max as error bars.
-S4: time to the first batch per start method, bars per loader.
+One panel per scenario and batch size, in the table's units (S2 in us per batch, lower is
+better): S1-S3 plot the value against num_workers, one line per loader, min-max as error
+bars; S4 draws the time to the first batch per start method, bars per loader.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
 from conveyor.bench.harness import LOADERS, Comparison
 
-__all__ = ["require_matplotlib", "save_plot"]
+__all__ = ["panels", "require_matplotlib", "save_plot"]
 
 _TITLES = {
-    "s1": "S1 transfer, uint8 3x224x224, bs64\nMB/s (higher is better)",
-    "s2": "S2 tiny items (ints)\nitems/s (higher is better)",
-    "s3": "S3 JPEG decode + crop 224, bs64\nimg/s (higher is better)",
-    "s4": "S4 time to first batch\nseconds (lower is better)",
+    "s1": "S1 transfer, uint8 3x224x224",
+    "s2": "S2 tiny items (ints)",
+    "s3": "S3 JPEG decode + crop 224",
+    "s4": "S4 time to first batch",
 }
 _COLOURS = {"conveyor": "tab:blue", "torch": "tab:orange"}
+_UNIT_NAMES = {"s": "seconds"}
+_LOG_SPREAD = 30.0
+"""Above this max/min ratio of the plotted values, a panel uses a log scale."""
 
 
 def require_matplotlib() -> Any:
@@ -33,11 +38,7 @@ def require_matplotlib() -> Any:
 
 
 def _samples(comparison: Comparison, loader: str) -> list[float]:
-    samples = comparison.ours if loader == "conveyor" else comparison.theirs
-    if comparison.params.get("scenario_id") == "s2":  # us per batch -> items per second
-        batch_size = comparison.params["batch_size"]
-        return [batch_size * 1e6 / us for us in samples]
-    return samples
+    return comparison.ours if loader == "conveyor" else comparison.theirs
 
 
 def _errorbar(values: list[float]) -> tuple[float, list[float]]:
@@ -45,31 +46,58 @@ def _errorbar(values: list[float]) -> tuple[float, list[float]]:
     return median, [median - min(values), max(values) - median]
 
 
-def _draw_lines(axes: Any, rows: list[Comparison]) -> None:
-    sizes = sorted({row.params.get("batch_size", 0) for row in rows})
-    for loader in LOADERS:
-        for size in sizes:
-            group = sorted(
-                (r for r in rows if r.params.get("batch_size", 0) == size),
-                key=lambda r: r.params["num_workers"],
-            )
-            bars = [_errorbar(_samples(r, loader)) for r in group]
-            label = loader if len(sizes) == 1 else f"{loader} bs{size}"
-            axes.errorbar(
-                [r.params["num_workers"] for r in group],
-                [median for median, _ in bars],
-                yerr=[[low for _, (low, _) in bars], [high for _, (_, high) in bars]],
-                label=label,
-                color=_COLOURS[loader],
-                linestyle="-" if size == sizes[-1] else "--",
-                marker="o",
-                capsize=3,
-            )
-    axes.set_xlabel("num_workers")
-    axes.set_xticks(sorted({r.params["num_workers"] for r in rows}))
-    if len(sizes) > 1:
+def panels(rows: Sequence[Comparison]) -> list[tuple[str, list[Comparison]]]:
+    """``[(title, rows)]``: one panel per scenario and batch size, in scenario order.
+
+    A title names the scenario, the batch size (when the scenario has one) and the unit
+    of the table with the direction that is better.
+    """
+    found: dict[tuple[str, int], list[Comparison]] = {}
+    for row in rows:
+        key = (str(row.params.get("scenario_id", "")), int(row.params.get("batch_size", 0)))
+        found.setdefault(key, []).append(row)
+    order = list(_TITLES)
+    keys = sorted(
+        (key for key in found if key[0] in _TITLES), key=lambda k: (order.index(k[0]), k[1])
+    )
+    result = []
+    for scenario, batch_size in keys:
+        group = found[scenario, batch_size]
+        better = "higher" if group[0].higher_is_better else "lower"
+        size = f", batch size {batch_size}" if batch_size else ""
+        unit = _UNIT_NAMES.get(group[0].unit, group[0].unit)
+        title = f"{_TITLES[scenario]}{size}\n{unit} ({better} is better)"
+        result.append((title, group))
+    return result
+
+
+def _scale(axes: Any, values: list[float]) -> None:
+    positive = [value for value in values if value > 0]
+    if positive and max(positive) / min(positive) > _LOG_SPREAD:
         axes.set_yscale("log")
-    axes.set_ylim(bottom=0 if len(sizes) == 1 else None)
+    else:
+        axes.set_ylim(bottom=0)
+
+
+def _draw_lines(axes: Any, rows: list[Comparison]) -> None:
+    group = sorted(rows, key=lambda r: r.params["num_workers"])
+    workers = [r.params["num_workers"] for r in group]
+    plotted: list[float] = []
+    for loader in LOADERS:
+        bars = [_errorbar(_samples(r, loader)) for r in group]
+        plotted += [value for r in group for value in _samples(r, loader)]
+        axes.errorbar(
+            workers,
+            [median for median, _ in bars],
+            yerr=[[low for _, (low, _) in bars], [high for _, (_, high) in bars]],
+            label=loader,
+            color=_COLOURS[loader],
+            marker="o",
+            capsize=3,
+        )
+    axes.set_xlabel("num_workers")
+    axes.set_xticks(sorted(set(workers)))
+    _scale(axes, plotted)
 
 
 def _draw_bars(axes: Any, rows: list[Comparison]) -> None:
@@ -95,19 +123,20 @@ def _draw_bars(axes: Any, rows: list[Comparison]) -> None:
 
 
 def save_plot(rows: Sequence[Comparison], path: str, title: str = "") -> None:
-    """Write one panel per scenario in ``rows`` to ``path`` (format from its suffix)."""
+    """Write one panel per scenario and batch size (`panels`) to ``path`` (format from its
+    suffix)."""
     figure_module = require_matplotlib()
-    ids = [key for key in _TITLES if any(r.params.get("scenario_id") == key for r in rows)]
-    if not ids:
+    found = panels(rows)
+    if not found:
         raise ValueError("nothing to plot: no scenario results")
-    columns = min(len(ids), 2)
-    lines = -(-len(ids) // columns)
+    columns = min(len(found), 2)
+    lines = math.ceil(len(found) / columns)
     figure = figure_module.Figure(figsize=(6 * columns, 4.2 * lines), layout="constrained")
-    for index, key in enumerate(ids):
+    for index, (panel_title, group) in enumerate(found):
         axes = figure.add_subplot(lines, columns, index + 1)
-        group = [r for r in rows if r.params.get("scenario_id") == key]
-        (_draw_bars if key == "s4" else _draw_lines)(axes, group)
-        axes.set_title(_TITLES[key], fontsize=10)
+        scenario = group[0].params.get("scenario_id")
+        (_draw_bars if scenario == "s4" else _draw_lines)(axes, group)
+        axes.set_title(panel_title, fontsize=10)
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=8)
     if title:

@@ -63,24 +63,23 @@ def register(subparsers: Any) -> None:
         help="throughput against torch.utils.data, side by side",
         description="Run benchmark scenarios with conveyor and torch.utils.data interleaved.",
         epilog=_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--scenarios", type=_choices(tuple(SCENARIOS)), default=tuple(SCENARIOS),
-        help="comma-separated subset of s1,s2,s3,s4 (default: all)",
+        "--scenarios", type=_choices(tuple(SCENARIOS)), default=",".join(SCENARIOS),
+        help="comma-separated subset of " + ",".join(SCENARIOS),
     )  # fmt: skip
     parser.add_argument(
-        "--num-workers", type=_int_list, default=(0, 1, 2),
-        help="comma-separated worker counts (default: 0,1,2)",
+        "--num-workers", type=_int_list, default="0,1,2",
+        help="comma-separated worker counts (S4 uses the largest)",
     )  # fmt: skip
-    parser.add_argument("--reps", type=_positive, default=3, help="repetitions (default: 3)")
+    parser.add_argument("--reps", type=_positive, default=3, help="interleaved repetitions")
     parser.add_argument(
         "--quick", action="store_true",
         help="small measurements and one S4 repetition: a fast look, not numbers to quote",
     )  # fmt: skip
     parser.add_argument(
-        "--contexts", type=_choices(CONTEXTS), default=CONTEXTS,
-        help="S4 start methods (default: fork,forkserver,spawn,thread)",
+        "--contexts", type=_choices(CONTEXTS), default=",".join(CONTEXTS),
+        help="S4 start methods (thread: conveyor's thread workers against torch's fork)",
     )  # fmt: skip
     parser.add_argument("--json", metavar="PATH", help="append one JSON object per row")
     parser.add_argument(

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from conveyor.cli.parsing import print_help_instead
 from conveyor.formats.grouping import split_name
 from conveyor.formats.reading import ShardSummary, summarize_shard
 from conveyor.formats.writer import ShardWriter
@@ -30,9 +31,13 @@ def parse_size(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``shards`` with its ``write`` and ``inspect`` subcommands."""
-    shards = subparsers.add_parser("shards", help="write and inspect WebDataset tar shards")
+    shards = subparsers.add_parser(
+        "shards",
+        help="write and inspect WebDataset tar shards",
+        description="Write a directory of files as tar shards, or inspect shards.",
+    )
     actions = shards.add_subparsers(dest="action", metavar="ACTION")
-    actions.required = True
+    print_help_instead(shards)
     write = actions.add_parser(
         "write",
         help="pack a directory of files into tar shards",
@@ -40,8 +45,11 @@ def register(subparsers: Any) -> None:
     )
     write.add_argument("source", help="directory of files (searched recursively)")
     write.add_argument("pattern", help="output shard pattern, e.g. out/train-%%06d.tar")
-    write.add_argument("--max-count", type=int, default=10_000, help="samples per shard")
-    write.add_argument("--max-size", type=parse_size, default=parse_size("1GB"), help="bytes")
+    write.add_argument("--max-count", type=int, default=10_000, help="most samples in one shard")
+    write.add_argument(
+        "--max-size", type=parse_size, default="1GB",
+        help="most bytes in one shard (500MB, 1.5GiB, 4096, ...)",
+    )  # fmt: skip
     write.add_argument("--shuffle", action="store_true", help="shuffle samples first")
     write.add_argument("--seed", type=int, default=0, help="seed for --shuffle")
     write.set_defaults(func=run_write)
