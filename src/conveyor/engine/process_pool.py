@@ -27,6 +27,7 @@ from typing import Any
 from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.engine.worker_handle import WorkerHandle
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
 from conveyor.engine.zygote import SetupRef, Zygote
@@ -54,6 +55,7 @@ class ProcessPool:
         self._inboxes: list[connection.Connection] = []
         self._outboxes: list[connection.Connection] = []
         self._processes: list[Any] = []
+        self._handles: list[WorkerHandle] = []
         self._alive = [True] * num_workers
         self._closed = False
         self._send_locks = [threading.Lock() for _ in range(num_workers)]
@@ -105,6 +107,7 @@ class ProcessPool:
         finally:
             for end in child_ends:
                 end.close()
+        self._handles = [WorkerHandle(process) for process in self._processes]
         for worker_id in range(self._num_workers):
             self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
             self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
@@ -119,6 +122,11 @@ class ProcessPool:
                 del self._fd_owner[fd]
                 with contextlib.suppress(KeyError, ValueError):
                     self._poller.unregister(fd)
+
+    @property
+    def handles(self) -> list[WorkerHandle]:
+        """Views of the worker processes that stay readable after `close()`."""
+        return self._handles
 
     @property
     def pids(self) -> list[int]:
@@ -227,6 +235,8 @@ class ProcessPool:
         stop_processes(self._processes, JOIN_TIMEOUT_S)
         for conn in self._inboxes + self._outboxes:
             conn.close()
+        for handle in self._handles:
+            handle.release()
         for process in self._processes:
             process.close()
         self._link.close()  # unlinks slabs no one mapped (a worker killed mid-batch)

@@ -89,6 +89,7 @@ class _Encoder(ForkingPickler):
         if (
             code is None
             or t.device.type != "cpu"
+            or t.is_nested  # strided layout, but no sizes: pickled whole
             or t.layout != torch.strided
             or t.is_conj()
             or t.is_neg()
