@@ -1,0 +1,116 @@
+"""Engine behaviours torch's own tests check, compared with torch.utils.data on the same input:
+the iterator's private surface (`_workers`, `_shutdown_workers`, `_pin_memory_thread`), the
+timeout message, and nested tensors crossing from workers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+import torch.utils.data as tud
+
+import conveyor
+
+JOIN_TIMEOUT_S = 30.0
+
+
+class _Range(conveyor.Dataset[int]):
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class _Blocking(conveyor.Dataset[int]):
+    """Index 0 never returns (until the worker is ended): the loader must time out."""
+
+    def __init__(self) -> None:
+        self.never = threading.Event()
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        if index == 0:
+            self.never.wait()
+        return index
+
+
+class _Nested(conveyor.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        parts = [torch.arange(index + 1, dtype=torch.float32), torch.ones(2) * index]
+        return torch.nested.nested_tensor(parts)
+
+
+def _both(dataset: Any, **kwargs: Any) -> tuple[Any, Any]:
+    return conveyor.DataLoader(dataset, **kwargs), tud.DataLoader(dataset, **kwargs)
+
+
+@pytest.mark.parametrize("persistent_workers", [False, True])
+def test_workers_views_outlive_the_iterator_as_torchs_do(persistent_workers: bool) -> None:
+    ours = conveyor.DataLoader(
+        _Range(40), batch_size=2, num_workers=2, persistent_workers=persistent_workers
+    )
+    theirs = tud.DataLoader(_Range(40), batch_size=2, num_workers=2)  # the oracle, as a rule
+    for loader in (ours, theirs):
+        iterator = iter(loader)
+        workers = iterator._workers  # type: ignore[attr-defined]
+        assert len(workers) == 2
+        assert all(isinstance(w.pid, int) and w.is_alive() for w in workers)
+        assert next(iterator).tolist() == [0, 1]
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+        for worker in workers:
+            worker.join(JOIN_TIMEOUT_S)
+            assert not worker.is_alive()
+            assert worker.exitcode == 0
+        del iterator
+
+
+def test_workers_end_when_a_partly_read_iterator_is_dropped() -> None:
+    ours, theirs = _both(_Range(40), batch_size=2, num_workers=2)
+    assert iter(ours)._pin_memory_thread is None  # type: ignore[attr-defined]
+    for loader in (ours, theirs):
+        iterator = iter(loader)
+        workers = iterator._workers  # type: ignore[attr-defined]
+        for i, _ in enumerate(iterator):
+            if i == 3:
+                break
+        del iterator
+        for worker in workers:
+            worker.join(JOIN_TIMEOUT_S)
+            assert not worker.is_alive()
+
+
+@pytest.mark.parametrize("persistent_workers", [False, True])
+def test_timeout_message_is_torchs_with_the_users_value(persistent_workers: bool) -> None:
+    dataset = _Blocking()
+    loader = conveyor.DataLoader(
+        dataset, batch_size=2, num_workers=1, timeout=1, persistent_workers=persistent_workers
+    )
+    iterator = iter(loader)
+    with pytest.raises(RuntimeError, match=r"^DataLoader timed out after 1 seconds$"):
+        next(iterator)
+    # the stuck worker was ended with the error, not left for the interpreter's exit
+    assert all(not w.is_alive() for w in iterator._workers)  # type: ignore[attr-defined]
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_nested_tensors_cross_from_workers_as_with_torch(context: str) -> None:
+    kwargs: dict[str, Any] = dict(batch_size=None, num_workers=2, multiprocessing_context=context)
+    ours, theirs = _both(_Nested(), **kwargs)
+    got, expected = list(ours), list(theirs)
+    assert len(got) == len(expected) == 6
+    for a, b in zip(got, expected, strict=True):
+        assert a.is_nested
+        for x, y in zip(a.unbind(), b.unbind(), strict=True):
+            assert torch.equal(x, y)
