@@ -26,7 +26,7 @@ from typing import Any
 
 from conveyor.engine.messages import Reply, StartEpoch, Task
 from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
 from conveyor.engine.worker_handle import WorkerHandle
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
@@ -218,7 +218,8 @@ class ProcessPool:
         self._alive[worker_id] = False
         self._unwatch(worker_id)
         raise WorkerDiedError(
-            f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
+            torch_first_sentence(process.pid, process.exitcode)
+            + f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
             f"it {describe_exit(process.exitcode)}. If it was killed for memory (signal 9), "
             "lower batch_size or num_workers; a segfault (signal 11) points at a native "
             "library in the dataset code."
