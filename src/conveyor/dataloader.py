@@ -196,6 +196,8 @@ class DataLoader(TorchDataLoader[T_co]):
         self._warned_unsharded = False
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
+        self._left_state: LoaderStateDict | None = None
+        self._epoch_serial = 0  # which iter() the dropped state belongs to
         self.__initialized = True
         self.check_worker_number_rationality()
 
@@ -297,6 +299,9 @@ class DataLoader(TorchDataLoader[T_co]):
             iterator = self._iterator = self._get_iterator()
         self._epoch_iterator = weakref.ref(iterator)
         self._epoch_clock = iterator.clock
+        self._left_state = None
+        self._epoch_serial += 1
+        iterator.leave_state_to(_StateKeeper(self, self._epoch_serial))
         return iterator
 
     # ---------------------------------------------------------- observability
@@ -316,6 +321,8 @@ class DataLoader(TorchDataLoader[T_co]):
         iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
         if iterator is not None and not iterator.finished:
             return iterator.state_dict()
+        if iterator is None and self._left_state is not None:
+            return self._left_state  # the loop was left (``break``) and its iterator dropped
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
         return {
@@ -334,6 +341,7 @@ class DataLoader(TorchDataLoader[T_co]):
             self._resume = None
         else:
             self._resume = Resume(state_dict)
+        self._left_state = None
         if isinstance(self._iterator, MultiWorkerIterator):
             self._iterator.close()  # persistent workers restart from the checkpoint
             self._iterator = None
@@ -348,3 +356,17 @@ class DataLoader(TorchDataLoader[T_co]):
                 return length // self.batch_size
             return math.ceil(length / self.batch_size)
         return length
+
+
+class _StateKeeper:
+    """Receives a dropped epoch iterator's state for its loader, through a weak reference
+    (an iterator must not keep its loader alive); an older epoch's iterator is ignored."""
+
+    def __init__(self, loader: DataLoader[Any], serial: int):
+        self._loader = weakref.ref(loader)
+        self._serial = serial
+
+    def __call__(self, state: LoaderStateDict) -> None:
+        loader = self._loader()
+        if loader is not None and loader._epoch_serial == self._serial:
+            loader._left_state = state

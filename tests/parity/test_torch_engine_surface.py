@@ -114,3 +114,36 @@ def test_nested_tensors_cross_from_workers_as_with_torch(context: str) -> None:
         assert a.is_nested
         for x, y in zip(a.unbind(), b.unbind(), strict=True):
             assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_state_dict_after_break_resumes_where_the_loop_was_left(num_workers: int) -> None:
+    """A trainer that stops at max_steps and checkpoints: the rest of the epoch is torch's
+    uninterrupted epoch from the step after the break, nothing re-read, nothing lost."""
+    dataset = tud.TensorDataset(torch.arange(30))
+    expected = [
+        b[0].tolist()
+        for b in tud.DataLoader(
+            dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7)
+        )
+    ]
+    loader = conveyor.DataLoader(
+        dataset,
+        batch_size=4,
+        shuffle=True,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(7),
+    )
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    state = loader.state_dict()
+    resumed = conveyor.DataLoader(
+        dataset,
+        batch_size=4,
+        shuffle=True,
+        num_workers=num_workers,
+        generator=torch.Generator(),
+    )
+    resumed.load_state_dict(state)
+    assert [b[0].tolist() for b in resumed] == expected[3:]

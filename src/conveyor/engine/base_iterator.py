@@ -139,6 +139,20 @@ class LoaderIterator:
     def _next_data(self) -> Any:
         raise NotImplementedError
 
+    def leave_state_to(self, keep: Callable[[LoaderStateDict], None]) -> None:
+        """Hand this epoch's state to ``keep`` if the iterator is dropped mid-epoch
+        (``break`` out of the loop), so the loader's ``state_dict()`` is where the user left."""
+        self._keep_state_on_drop: Callable[[LoaderStateDict], None] | None = keep
+
+    def _hand_over_state(self) -> None:
+        keep = getattr(self, "_keep_state_on_drop", None)
+        self._keep_state_on_drop = None
+        if keep is not None and not getattr(self, "finished", True):
+            keep(self.state_dict())
+
+    def __del__(self) -> None:
+        self._hand_over_state()
+
     def __next__(self) -> Any:
         clock = self.clock
         entered = clock.enter()

@@ -273,4 +273,7 @@ class MultiWorkerIterator(LoaderIterator):
             pool.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self._hand_over_state()  # read before closing: the state outlives the workers
+        finally:
+            self.close()
