@@ -147,3 +147,47 @@ def test_state_dict_after_break_resumes_where_the_loop_was_left(num_workers: int
     )
     resumed.load_state_dict(state)
     assert [b[0].tolist() for b in resumed] == expected[3:]
+
+
+class _Straggler(conveyor.Dataset[tuple[int, int]]):
+    """Index 0 waits until the main process has seen ``release_after`` other items."""
+
+    def __init__(self, n: int, release: Any):
+        self.n = n
+        self.release = release
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        info = conveyor.get_worker_info() or tud.get_worker_info()
+        if index == 0:
+            assert self.release.wait(60), "the main process never released the straggler"
+        return (-1 if info is None else info.id, index)
+
+
+def test_out_of_order_does_not_feed_a_straggler_as_torch() -> None:
+    """torch's ready-first rule: a worker holding its share of the task budget gets no more,
+    so the fast worker takes every other index and the straggler's two come last."""
+    context = torch.multiprocessing.get_context("fork")
+    outputs = []
+    for make in (tud.DataLoader, conveyor.DataLoader):
+        release = context.Event()
+        loader = make(
+            _Straggler(10, release),
+            batch_size=None,
+            num_workers=2,
+            prefetch_factor=2,
+            in_order=False,
+            timeout=20,
+            multiprocessing_context=context,
+        )
+        got = []
+        for worker_id, index in loader:
+            got.append((int(worker_id), int(index)))
+            if len(got) == 8:
+                release.set()
+        outputs.append(got)
+    torch_got, ours = outputs
+    assert torch_got == [(1, i) for i in (1, 3, 4, 5, 6, 7, 8, 9)] + [(0, 0), (0, 2)]
+    assert ours == torch_got

@@ -108,7 +108,10 @@ class MultiWorkerIterator(LoaderIterator):
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
             return False
-        worker_id = self._dealer.next()
+        if self._worker_options.in_order:
+            worker_id = self._dealer.next()
+        else:
+            worker_id = self._dealer.next_with_room(self._has_room)
         if worker_id is None:
             return False
         try:
@@ -122,6 +125,11 @@ class MultiWorkerIterator(LoaderIterator):
         self._in_flight.dispatch(task_id, worker_id, position)
         self._buffer.expect(task_id)
         return True
+
+    def _has_room(self, worker_id: int) -> bool:
+        """torch's ready-first rule: a worker holds at most its share of the task budget."""
+        active = sum(self._dealer.active) or 1
+        return self._in_flight.load(worker_id) < self._worker_options.tasks_in_flight // active
 
     # ---------------------------------------------------------------- results
     def _next_data(self) -> Any:
