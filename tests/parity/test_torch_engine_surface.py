@@ -5,6 +5,7 @@ timeout message, and nested tensors crossing from workers."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -191,3 +192,40 @@ def test_out_of_order_does_not_feed_a_straggler_as_torch() -> None:
     torch_got, ours = outputs
     assert torch_got == [(1, i) for i in (1, 3, 4, 5, 6, 7, 8, 9)] + [(0, 0), (0, 2)]
     assert ours == torch_got
+
+
+class _Counted(conveyor.Dataset[int]):
+    """Holds multiprocessing objects, which only a spawning Process may pickle."""
+
+    def __init__(self, context: Any):
+        self.calls = context.Value("i", 0)
+        self.lock = context.Lock()
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, index: int) -> int:
+        with self.lock:
+            self.calls.value += 1
+        return index
+
+
+@pytest.fixture(scope="module")
+def _multiprocessing_heap() -> Iterator[Any]:
+    """multiprocessing keeps one shared heap (an mmap'd file) per process for good: open it
+    before the leak guard takes its baseline."""
+    keep = torch.multiprocessing.get_context("spawn").Value("i", 0)
+    yield keep
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_dataset_with_multiprocessing_value_and_lock_as_with_torch(
+    method: str, _multiprocessing_heap: Any
+) -> None:
+    context = torch.multiprocessing.get_context(method)
+    results = []
+    for make in (tud.DataLoader, conveyor.DataLoader):
+        dataset = _Counted(context)
+        loader = make(dataset, batch_size=2, num_workers=2, multiprocessing_context=context)
+        results.append(([b.tolist() for b in loader], dataset.calls.value))
+    assert results[1] == results[0] == ([[0, 1], [2, 3], [4, 5]], 6)

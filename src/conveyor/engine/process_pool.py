@@ -40,6 +40,22 @@ JOIN_TIMEOUT_S = 1.0
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
+def _needs_inheritance(exc: RuntimeError) -> bool:
+    """The error multiprocessing raises for a Value/Lock/Event pickled outside spawning."""
+    return "through inheritance" in str(exc)
+
+
+def _pickled_or_inherited(setup: WorkerSetup) -> Any:
+    """The set-up pickled once for every worker, or the set-up itself when it holds
+    multiprocessing objects that only ``Process.start()`` may pickle (as torch does)."""
+    try:
+        return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+    except RuntimeError as exc:
+        if not _needs_inheritance(exc):
+            raise
+        return setup
+
+
 class ProcessPool:
     """Owns the worker processes, their pipes and their slabs; `close()` ends them all.
 
@@ -79,7 +95,7 @@ class ProcessPool:
         if zygote is not None:
             payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":
-            payload = pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _pickled_or_inherited(setup)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
         jobs = []
         child_ends = []
@@ -93,8 +109,15 @@ class ProcessPool:
             child_ends += [task_reader, result_writer]
         try:
             if zygote is not None:
-                self._processes = list(zygote.start_workers(setup, jobs))
-            else:
+                try:
+                    self._processes = list(zygote.start_workers(setup, jobs))
+                except RuntimeError as exc:
+                    if not _needs_inheritance(exc):
+                        raise
+                    # multiprocessing Value/Lock/...: only a spawning Process may pickle them
+                    jobs = [(t, (a[0], setup, *a[2:])) for t, a in jobs]
+                    zygote = None
+            if zygote is None:
                 for worker_id, (target, args) in enumerate(jobs):
                     process = ctx.Process(  # type: ignore[attr-defined]
                         target=target,
