@@ -229,3 +229,28 @@ def test_dataset_with_multiprocessing_value_and_lock_as_with_torch(
         loader = make(dataset, batch_size=2, num_workers=2, multiprocessing_context=context)
         results.append(([b.tolist() for b in loader], dataset.calls.value))
     assert results[1] == results[0] == ([[0, 1], [2, 3], [4, 5]], 6)
+
+
+class _Unpicklable(conveyor.Dataset[int]):
+    def __init__(self) -> None:
+        self.transform = lambda x: x  # a lambda: 'spawn' cannot pickle it
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.transform(index))
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_unpicklable_dataset_warns_and_raises_as_torch(method: str) -> None:
+    raised = []
+    for make in (tud.DataLoader, conveyor.DataLoader):
+        loader = make(_Unpicklable(), num_workers=1, multiprocessing_context=method)
+        with (
+            pytest.warns(UserWarning, match="^Got pickle error when attempting to start a worker"),
+            pytest.raises(Exception) as info,
+        ):
+            list(loader)
+        raised.append((type(info.value), str(info.value)))
+    assert raised[1] == raised[0]

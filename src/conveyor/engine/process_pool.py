@@ -20,6 +20,8 @@ import pickle
 import select
 import threading
 import time
+import warnings
+from collections.abc import Callable, Iterator
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -38,6 +40,25 @@ from conveyor.transport.slab import loader_prefix
 # A busy worker gets this long to notice the stop message before it is terminated.
 JOIN_TIMEOUT_S = 1.0
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
+
+
+_PICKLE_ERRORS = (TypeError, AttributeError, pickle.PicklingError)
+
+
+@contextlib.contextmanager
+def _pickle_errors_warned() -> Iterator[None]:
+    """torch's warning before a worker's arguments fail to pickle (users search for it)."""
+    try:
+        yield
+    except _PICKLE_ERRORS:
+        warnings.warn(
+            "Got pickle error when attempting to start a worker Process. This might be "
+            "because the worker Process arguments are not picklable (the dataset, "
+            "collate_fn, worker_init_fn, ...). Start methods 'spawn' and 'forkserver' "
+            "pickle them; you can also try multiprocessing_context='fork'.",
+            stacklevel=4,
+        )
+        raise
 
 
 def _needs_inheritance(exc: RuntimeError) -> bool:
@@ -95,7 +116,8 @@ class ProcessPool:
         if zygote is not None:
             payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":
-            payload = _pickled_or_inherited(setup)
+            with _pickle_errors_warned():
+                payload = _pickled_or_inherited(setup)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
         jobs = []
         child_ends = []
@@ -108,25 +130,8 @@ class ProcessPool:
             jobs.append((process_worker_main, args))
             child_ends += [task_reader, result_writer]
         try:
-            if zygote is not None:
-                try:
-                    self._processes = list(zygote.start_workers(setup, jobs))
-                except RuntimeError as exc:
-                    if not _needs_inheritance(exc):
-                        raise
-                    # multiprocessing Value/Lock/...: only a spawning Process may pickle them
-                    jobs = [(t, (a[0], setup, *a[2:])) for t, a in jobs]
-                    zygote = None
-            if zygote is None:
-                for worker_id, (target, args) in enumerate(jobs):
-                    process = ctx.Process(  # type: ignore[attr-defined]
-                        target=target,
-                        args=args,
-                        name=f"conveyor-worker-{worker_id}",
-                        daemon=True,
-                    )
-                    self._processes.append(process)
-                    process.start()
+            with _pickle_errors_warned():
+                self._launch(setup, ctx, zygote, jobs)
         finally:
             for end in child_ends:
                 end.close()
@@ -134,6 +139,34 @@ class ProcessPool:
         for worker_id in range(self._num_workers):
             self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
             self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
+
+    def _launch(
+        self,
+        setup: WorkerSetup,
+        ctx: BaseContext,
+        zygote: Zygote | None,
+        jobs: list[tuple[Callable[..., None], tuple[Any, ...]]],
+    ) -> None:
+        """Start the worker processes: forked by the zygote, or by ``ctx.Process``."""
+        if zygote is not None:
+            try:
+                self._processes = list(zygote.start_workers(setup, jobs))
+            except RuntimeError as exc:
+                if not _needs_inheritance(exc):
+                    raise
+                # multiprocessing Value/Lock/...: only a spawning Process may pickle them
+                jobs = [(t, (a[0], setup, *a[2:])) for t, a in jobs]
+                zygote = None
+        if zygote is None:
+            for worker_id, (target, args) in enumerate(jobs):
+                process = ctx.Process(  # type: ignore[attr-defined]
+                    target=target,
+                    args=args,
+                    name=f"conveyor-worker-{worker_id}",
+                    daemon=True,
+                )
+                self._processes.append(process)
+                process.start()
 
     def _watch(self, fd: int, kind: str, worker_id: int) -> None:
         self._fd_owner[fd] = (kind, worker_id)
