@@ -134,15 +134,18 @@ class IterableFetcher:
             except StopIteration:
                 self.ended = True
                 raise
+        # next() rather than a for loop: a for loop calls iter() on the iterator again, and
+        # a dataset whose __iter__ resets itself and returns self would restart every batch.
         samples = []
-        for sample in self._iterator:
-            samples.append(sample)
-            if len(samples) == len(request):
+        wanted = len(request)
+        while len(samples) < wanted:
+            try:
+                samples.append(next(self._iterator))
+            except StopIteration:
+                self.ended = True
+                if not samples or (self._drop_last and len(samples) < wanted):
+                    raise
                 break
-        else:
-            self.ended = True
-            if not samples or (self._drop_last and len(samples) < len(request)):
-                raise StopIteration
         return self._collate_fn(samples)
 
 
