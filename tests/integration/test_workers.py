@@ -94,6 +94,24 @@ def test_get_worker_info_in_workers(worker_type: str) -> None:
         assert len({s["pid"] for s in stamps}) == 2
 
 
+@pytest.mark.parametrize("worker_type", KINDS)
+def test_torchs_get_worker_info_sees_each_worker(worker_type: str) -> None:
+    """Code that asks torch (Hugging Face datasets does) sees the worker it runs in."""
+    import torch.utils.data as tud
+
+    stamps = list(
+        DataLoader(
+            WorkerStamp(8, lambda: tud.get_worker_info()),  # noqa: PLW0108 - looked up late
+            batch_size=None,
+            num_workers=2,
+            worker_type=worker_type,
+        )
+    )
+    assert [s["worker"] for s in stamps] == [0, 1] * 4
+    assert {s["num_workers"] for s in stamps} == {2}
+    assert tud.get_worker_info() is None  # the main thread is no worker
+
+
 def _record_init(worker_id: int) -> None:
     info = conveyor.get_worker_info()
     assert info is not None and info.id == worker_id
