@@ -136,7 +136,7 @@ class IterableFetcher:
                 raise
         # next() rather than a for loop: a for loop calls iter() on the iterator again, and
         # a dataset whose __iter__ resets itself and returns self would restart every batch.
-        samples = []
+        samples: list[Any] = []
         wanted = len(request)
         while len(samples) < wanted:
             try:
