@@ -117,6 +117,9 @@ def test_the_next_shard_is_asked_for_while_the_current_one_is_read(
         assert time.monotonic() < deadline, "the next shard was never asked for"
         time.sleep(0.01)
     assert faulty.ranges(second) == [0]
+    # the hint waited for the first shard's first block (it was named before that opened)
+    gets = [path for method, path, _ in list(faulty.log) if method == "GET"]
+    assert gets.index(first) < gets.index(second)
     rest = [sample["__key__"] for sample in samples]
     assert rest == shard_keys(shard_set, 4)[1:] + shard_keys(shard_set, 5)
     assert faulty.ranges(second) == [0]  # the hinted read was used, not asked again

@@ -68,6 +68,8 @@ def test_a_hinted_object_is_read_before_it_is_opened(
 ) -> None:
     options, rtt = slow_options
     fs = get_filesystem(URL, options, RemoteOptions(read_ahead=2))
+    with fs.open(URL, BLOCK) as stream:  # hints wait for the first object's first block
+        stream.read(1)
     fs.hint(URL)  # type: ignore[attr-defined]
     hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
     deadline = time.monotonic() + 10

@@ -32,10 +32,11 @@ hints a consumer's next shard when it hands out the current one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from typing import Any
 
 from conveyor.storage.options import RemoteOptions
@@ -298,6 +299,11 @@ class ReadAhead:
         self.first_block = first_block
         self._hinted: OrderedDict[str, ReadAheadStream] = OrderedDict()
         self._connecting: asyncio.Future[Any] | None = None
+        # Hinted reads wait until the first object opened here has its first block: at
+        # start-up the next shard must not compete with the first batch for the link and
+        # the CPU (a hint comes before the first open: the lister hands out shard 0 and
+        # names shard 1 in one step).
+        self._first_block_in: Future[None] = Future()
 
     def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
@@ -313,9 +319,16 @@ class ReadAhead:
         await asyncio.shield(self._connecting)
 
     async def _get(
-        self, source: AsyncRangeSource, span: tuple[int, int], run: RetryRun, size: SizeSlot
+        self,
+        source: AsyncRangeSource,
+        span: tuple[int, int],
+        run: RetryRun,
+        size: SizeSlot,
+        hinted: bool,
     ) -> bytes:
         try:
+            if hinted and not self._first_block_in.done():
+                await asyncio.wrap_future(self._first_block_in)
             await self._ready()
             data = await fetch_range(source, span[0], span[1], size.facts, run)
         except BaseException as error:
@@ -324,14 +337,18 @@ class ReadAhead:
         size.learned()
         return data
 
-    def _start(self, url: str, block_size: int | None = None) -> ReadAheadStream:
+    def _start(
+        self, url: str, block_size: int | None = None, hinted: bool = False
+    ) -> ReadAheadStream:
         block_size = block_size or self.block_size
         source = self.source_for(url)
         run = RetryRun(self.options, url)
         size = SizeSlot()
+        if not hinted and not self._first_block_in.done():
+            size.future.add_done_callback(self._open_gate)
 
         def fetch(start: int, end: int) -> Future[bytes]:
-            return self._submit(self._get(source, (start, end), run, size))
+            return self._submit(self._get(source, (start, end), run, size, hinted))
 
         first_block = (
             self.first_block if self.first_block and self.first_block < block_size else None
@@ -344,7 +361,7 @@ class ReadAhead:
         """Start reading ``url`` now: it is the next one `open` will be asked for."""
         if self.hints < 1 or url in self._hinted:
             return
-        self._hinted[url] = self._start(url)
+        self._hinted[url] = self._start(url, hinted=True)
         while len(self._hinted) > self.hints:
             _, dropped = self._hinted.popitem(last=False)
             dropped.close()
@@ -352,7 +369,14 @@ class ReadAhead:
     def open(self, url: str, block_size: int | None = None) -> ReadAheadStream:
         """A read-ahead stream of ``url`` (the hinted one if there is; the caller closes it)."""
         hinted = self._hinted.pop(url, None)
-        return hinted if hinted is not None else self._start(url, block_size)
+        if hinted is None:
+            return self._start(url, block_size)
+        self._open_gate()  # a hinted object is wanted now: nothing to wait for any more
+        return hinted
+
+    def _open_gate(self, _: object = None) -> None:
+        with contextlib.suppress(InvalidStateError):  # opened already (by another thread)
+            self._first_block_in.set_result(None)
 
     def close(self) -> None:
         """Cancel the hinted streams nobody opened."""
