@@ -208,8 +208,8 @@ class MultiWorkerIterator(LoaderIterator):
             return self._pin(reply.payload)
         return reply.payload
 
-    def state_dict(self) -> LoaderStateDict:
-        state = super().state_dict()
+    def _epoch_state(self) -> LoaderStateDict:
+        state = super()._epoch_state()
         delivery = self._delivery
         if self._data.iterable_style:
             state["workers"] = {

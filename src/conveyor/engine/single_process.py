@@ -43,8 +43,8 @@ class SingleProcessIterator(LoaderIterator):
             except StopIteration:
                 break
 
-    def state_dict(self) -> LoaderStateDict:
-        state = super().state_dict()
+    def _epoch_state(self) -> LoaderStateDict:
+        state = super()._epoch_state()
         fetcher = self._fetcher
         started = isinstance(fetcher, IterableFetcher) and fetcher.started
         if started and has_state(self._dataset):
