@@ -12,6 +12,7 @@ from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
+from conveyor.formats.skips import SkipRecord
 from conveyor.sampler import BatchSampler
 from conveyor.state.fingerprint import check_fingerprint, fingerprint_of
 from conveyor.state.loader_state import (
@@ -100,6 +101,7 @@ class LoaderIterator:
         self.clock = StepClock()
         self._skips = SkipLog(self._options.errors.max_skipped)
         self._samples_per_batch = data.samples_per_request
+        self._batch_samples = 0  # samples in the batch _next_data returned last
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
 
@@ -225,7 +227,7 @@ class LoaderIterator:
                 self.finished = True
                 self._skips.report()
             raise
-        clock.leave(entered, self._samples_per_batch)
+        clock.leave(entered, self._batch_samples)
         self._num_yielded += 1
         if self._data.iterable_style:
             self._check_len_hint()
@@ -246,10 +248,9 @@ class LoaderIterator:
     def _end_epoch_early(self) -> None:
         """Drop what is left of the epoch (fullsync); workers may stop here."""
 
-    def _record_skips(self, skips: tuple[tuple[Any, str], ...]) -> None:
+    def _record_skips(self, skips: tuple[SkipRecord, ...]) -> None:
         if skips:
-            self.clock.skipped += len(skips)
-            self._skips.record(skips)
+            self.clock.skipped += self._skips.record(skips)
 
     def _check_len_hint(self) -> None:
         hint = self._len_hint()

@@ -175,15 +175,15 @@ class MultiWorkerIterator(LoaderIterator):
             reply.payload.reraise()
         if self._in_flight.answer(reply.task_id) is None:
             return  # a late answer to a task of an abandoned epoch
-        if reply.status == msg.END:
-            self._retire(worker_id, reply.task_id)
-            return
         info = reply.info
         if info is not None:
             self.clock.worker_did(worker_id, info.busy_s)
             self._record_skips(info.skips)
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages
+        if reply.status == msg.END:
+            self._retire(worker_id, reply.task_id)
+            return
         self._buffer.put(reply.task_id, reply)
 
     def _retire(self, worker_id: int, end_task_id: int) -> None:
@@ -204,6 +204,7 @@ class MultiWorkerIterator(LoaderIterator):
             reply.payload.reraise()
         if reply.status == msg.SKIPPED:
             return _SKIPPED
+        self._batch_samples = reply.info.samples if reply.info is not None else 0
         if self._pin is not None:
             return self._pin(reply.payload)
         return reply.payload

@@ -8,6 +8,8 @@ from typing import Any
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
+from conveyor.formats.errors import SampleError
+from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.state.protocol import has_state
 
@@ -55,12 +57,18 @@ class SingleProcessIterator(LoaderIterator):
         while True:
             _, request = self._next_request()  # may raise StopIteration: the epoch is over
             try:
-                data = self._fetcher.fetch(request)  # StopIteration: the stream is over
+                # pipelines leave the warning to this loader's ledger
+                with skip_sink().forwarded():
+                    data = self._fetcher.fetch(request)  # StopIteration: the stream is over
+            except (StopIteration, SampleError):
+                self._record_skips(self._fetcher.take_skips())
+                raise
             except BatchSkipped:
                 self._record_skips(self._fetcher.take_skips())
                 continue
             self._record_skips(self._fetcher.take_skips())
             break
+        self._batch_samples = self._fetcher.last_count
         if self._pin is not None:
             data = self._pin(data)
         return data

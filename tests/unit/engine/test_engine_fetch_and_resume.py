@@ -48,7 +48,9 @@ def test_map_fetcher_collates_a_batch_and_raises_bad_samples() -> None:
 def test_skipping_fetcher_drops_bad_samples_and_says_which() -> None:
     fetcher = make_fetcher(_spec(skip_bad_samples=True), Squares())
     assert fetcher.fetch([2, 3, 4]) == [4, 16]
-    assert fetcher.take_skips() == ((3, "ValueError: three is bad"),)
+    (skip,) = fetcher.take_skips()
+    assert (skip.keys, skip.reason, skip.samples) == (("index 3",), "ValueError: three is bad", 1)
+    assert fetcher.last_count == 2
     assert fetcher.take_skips() == ()
     with pytest.raises(BatchSkipped):
         fetcher.fetch([3])
