@@ -9,6 +9,7 @@ module never asks which one it is. See docs/design/shutdown.md for how workers e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,7 @@ class MultiWorkerIterator(LoaderIterator):
             streams=streams,
         )
         self._pool: WorkerPool | None = None
+        self._owner_pid = os.getpid()
         self._next_task_id = 0
         self._start_epoch(first=True, streams=streams)
 
@@ -249,10 +251,15 @@ class MultiWorkerIterator(LoaderIterator):
         return self._pool
 
     def close(self) -> None:
-        """End every worker now. Idempotent; also run on garbage collection."""
+        """End every worker now. Idempotent; also run on garbage collection.
+
+        Inert in a process forked from the owner (a later loader's worker inherits this
+        iterator): there the workers, pipes and slabs are the parent's, never to be
+        touched, so the copy is only forgotten.
+        """
         pool = getattr(self, "_pool", None)
         self._pool = None
-        if pool is not None:
+        if pool is not None and os.getpid() == getattr(self, "_owner_pid", None):
             pool.close()
 
     def __del__(self) -> None:
