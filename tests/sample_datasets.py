@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import signal
@@ -94,6 +95,8 @@ class DieAt:
         if i == self.bad:
             if self.how == "exit":
                 os._exit(7)
+            # a deliberate crash: no faulthandler dump (pytest enables it, forks inherit it)
+            faulthandler.disable()
             os.kill(os.getpid(), getattr(signal, self.how))
         return i
 

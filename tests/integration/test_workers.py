@@ -348,3 +348,17 @@ def test_private_worker_generators_are_reproducible_and_distinct(worker_type: st
     first, second = draws(), draws()
     assert first == second  # same loader seed, same draws, threads or not
     assert first[0] != first[1]  # workers 0 and 1 draw different streams
+
+
+def test_a_worker_traceback_has_one_header() -> None:
+    """torch's "Original Traceback (most recent call last):", not a second header after it."""
+    with pytest.raises(ValueError) as caught:
+        list(DataLoader(FailAt(8, bad=3), batch_size=None, num_workers=1))
+    text = str(caught.value)
+    assert "Original Traceback (most recent call last):" in text
+    assert text.count("Traceback (most recent call last)") == 1
+
+
+def test_a_generator_that_is_no_generator_is_refused_at_once() -> None:
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        DataLoader(Range(10), shuffle=True, generator=1)  # type: ignore[arg-type]
