@@ -360,5 +360,5 @@ def test_a_worker_traceback_has_one_header() -> None:
 
 
 def test_a_generator_that_is_no_generator_is_refused_at_once() -> None:
-    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
         DataLoader(Range(10), shuffle=True, generator=1)  # type: ignore[arg-type]
