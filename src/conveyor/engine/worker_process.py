@@ -8,8 +8,9 @@ import os
 import pickle
 import signal
 import sys
+from collections.abc import Callable
 from multiprocessing import connection
-from typing import Any
+from typing import Any, NoReturn
 
 from conveyor.collate import set_output_allocator
 from conveyor.engine.worker_kind import WorkerSetup
@@ -36,7 +37,7 @@ def exit_with_parent(parent_pid: int) -> None:
 
     def on_parent_death(signum: int, frame: object) -> None:
         if os.getppid() != parent_pid:
-            os._exit(0)
+            _clean_up_and_exit()
 
     signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
     if sys.platform.startswith("linux"):
@@ -44,7 +45,20 @@ def exit_with_parent(parent_pid: int) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL))
     if os.getppid() != parent_pid:  # died before prctl took effect
-        os._exit(0)
+        _clean_up_and_exit()
+
+
+_on_parent_death: list[Callable[[], None]] = []
+"""What an orphaned worker does before it exits: unlink its shared-memory slabs, which
+nobody else would (the main process is gone), so /dev/shm does not keep them until some
+later loader reclaims them."""
+
+
+def _clean_up_and_exit() -> NoReturn:
+    for clean_up in _on_parent_death:
+        with contextlib.suppress(Exception):
+            clean_up()
+    os._exit(0)
 
 
 def process_worker_main(
@@ -92,6 +106,7 @@ def process_worker_main(
             run_worker(setup, worker_id, receive, outbox.send)
         return
     end = WorkerEnd(slabs, worker_id, receive, outbox.send_bytes)
+    _on_parent_death.append(end.close)
     previous = set_output_allocator(end.allocate)  # collate stacks straight into slabs
     try:
         with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
