@@ -65,6 +65,7 @@ class _Option(Generic[V]):
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._field = self._field or name
+        self._name = name
 
     @overload
     def __get__(self, loader: None, owner: type) -> _Option[V]: ...
@@ -82,6 +83,7 @@ class _Option(Generic[V]):
 
     def __set__(self, loader: DataLoader[Any], value: V) -> None:
         loader._options = loader._options.replace(self._concern, **{self._field: value})
+        loader.__dict__[self._name] = self.__get__(loader, type(loader))
 
 
 class DataLoader(TorchDataLoader[T_co]):
@@ -203,8 +205,22 @@ class DataLoader(TorchDataLoader[T_co]):
         self._warned_unsharded = False
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
+        self._mirror_attributes()
         self.__initialized = True
         self.check_worker_number_rationality()
+
+    def _mirror_attributes(self) -> None:
+        """Keep the options' values in the instance ``__dict__`` too, under torch's names.
+
+        Reads go through the descriptors (they take precedence); the copies are for code
+        that rebuilds a loader from ``vars(loader)``, as torch's DataLoader keeps them
+        there: Lightning does so to inject its DistributedSampler.
+        """
+        for cls in reversed(type(self).__mro__):
+            for name, value in vars(cls).items():
+                if isinstance(value, _Option):
+                    self.__dict__[name] = getattr(self, name)
+        self.__dict__["worker_type"] = self.worker_type
 
     # ------------------------------------------------------------ attributes
     @property
@@ -225,6 +241,7 @@ class DataLoader(TorchDataLoader[T_co]):
     def worker_type(self, name: str) -> None:
         old = self._options.workers.kind
         self._options = self._options.replace("workers", kind=worker_kind(name))
+        self.__dict__["worker_type"] = name
         old.close()
 
     def __setattr__(self, name: str, value: Any) -> None:

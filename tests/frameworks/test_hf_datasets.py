@@ -16,6 +16,10 @@ pytestmark = [pytest.mark.frameworks, pytest.mark.timeout(120)]
 
 import conveyor  # noqa: E402
 
+datasets.disable_progress_bars()
+tqdm = pytest.importorskip("tqdm")
+tqdm.tqdm.monitor_interval = 0  # no monitor thread (it would outlive each test)
+
 KINDS = [(0, "process"), (2, "process"), (2, "thread")]
 
 
