@@ -129,7 +129,7 @@ class _Encoder(ForkingPickler):
         if nbytes <= self._inline_max and _NUMPY[code] is not None and t.is_contiguous():
             # Small and plain (S2's batches): its bytes into the pickle with the fewest calls.
             data = (t.detach() if requires_grad else t).numpy()
-            return ("i", code, shape, pickle.PickleBuffer(data), requires_grad)
+            return ("i", code, shape, pickle.PickleBuffer(data.data), requires_grad)
         placed = self._arena.place(nbytes) if self._arena and self._big(nbytes) else None
         if placed is not None:
             slab, offset = placed
