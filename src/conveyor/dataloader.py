@@ -31,7 +31,14 @@ from conveyor.engine.worker_kind import (
 from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
 from conveyor.loader_args import resolve_sampling
 from conveyor.sampler import Sampler
-from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
+from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of
+from conveyor.state.loader_state import (
+    STATE_VERSION,
+    LoaderStateDict,
+    Resume,
+    check_generator,
+    check_version,
+)
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -328,8 +335,19 @@ class DataLoader(TorchDataLoader[T_co]):
         }
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
-        """Make the next ``iter(loader)`` continue from ``state_dict``."""
+        """Make the next ``iter(loader)`` continue from ``state_dict``.
+
+        Raises TypeError for what is not a checkpoint dict, ValueError for an incomplete
+        one, one of another version or library, and one this loader cannot honour (another
+        dataset length or sampler: see ``conveyor.state.fingerprint``). A different
+        ``batch_size`` is honoured: the rest of the epoch is re-batched from the sample
+        count.
+        """
+        check_state_keys(state_dict)
         check_version(state_dict)
+        if state_dict.get("in_epoch"):
+            check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
+            check_generator(state_dict, self.generator)
         if not state_dict.get("in_epoch", False):
             saved = state_dict.get("generator")
             if saved is not None and self.generator is not None:

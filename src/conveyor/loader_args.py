@@ -77,6 +77,12 @@ def resolve_sampling(
     collate_fn: Callable[[Any], Any] | None,
 ) -> DataOptions:
     """torch's rules: mutual exclusions, default samplers, the batch sampler, collate."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        # torch fails later, inside the sampler, with a message about random_()'s arguments
+        raise TypeError(
+            f"generator must be a torch.Generator (or None), got {type(generator).__name__}: "
+            "create one with torch.Generator().manual_seed(seed)"
+        )
     if iterable_style:
         _check_stream_arguments(dataset, shuffle, sampler, batch_sampler)
     else:

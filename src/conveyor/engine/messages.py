@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from conveyor.formats.skips import SkipRecord
+
 __all__ = [
     "END",
     "ERROR",
@@ -35,7 +37,7 @@ __all__ = [
     "task_to_wire",
 ]
 
-Skips = tuple[tuple[Any, str], ...]
+Skips = tuple[SkipRecord, ...]
 """``(index, "ErrorType: message")`` of the samples that ``on_error="skip"`` dropped."""
 
 
@@ -70,6 +72,7 @@ class BatchInfo(NamedTuple):
     stream_state: bytes | None  # pickled ``dataset.state_dict()`` after it (stateful streams)
     skips: Skips  # samples dropped by on_error="skip"
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
+    samples: int = 0  # samples in the batch
 
 
 class Reply(NamedTuple):

@@ -39,6 +39,10 @@ JOIN_TIMEOUT_S = 1.0
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
+_SPAWNING = threading.Lock()
+"""Held while a pool creates its pipes and starts its workers (see ``_start_workers``)."""
+
+
 class ProcessPool:
     """Owns the worker processes, their pipes and their slabs; `close()` ends them all.
 
@@ -56,6 +60,7 @@ class ProcessPool:
         self._processes: list[Any] = []
         self._alive = [True] * num_workers
         self._closed = False
+        self._owner_pid = os.getpid()
         self._send_locks = [threading.Lock() for _ in range(num_workers)]
         slab_options = options.slab_options or SlabOptions.from_env()
         prefetch = 2 if options.prefetch_factor is None else options.prefetch_factor
@@ -79,6 +84,19 @@ class ProcessPool:
         elif ctx.get_start_method() != "fork":
             payload = pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
+        # One loader at a time creates pipes and forks: a fork from another thread in
+        # between would copy this loader's child ends (and the sentinel pipes Process.start
+        # makes) into that loader's workers, so end-of-file and exit would never be seen
+        # here until those unrelated workers exit.
+        with _SPAWNING:
+            self._spawn(setup, ctx, zygote, payload, parent)
+        for worker_id in range(self._num_workers):
+            self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
+            self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
+
+    def _spawn(
+        self, setup: WorkerSetup, ctx: BaseContext, zygote: Zygote | None, payload: Any, parent: int
+    ) -> None:
         jobs = []
         child_ends = []
         for worker_id in range(self._num_workers):
@@ -105,9 +123,6 @@ class ProcessPool:
         finally:
             for end in child_ends:
                 end.close()
-        for worker_id in range(self._num_workers):
-            self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
-            self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
 
     def _watch(self, fd: int, kind: str, worker_id: int) -> None:
         self._fd_owner[fd] = (kind, worker_id)
@@ -222,6 +237,8 @@ class ProcessPool:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy: the workers, pipes and slabs belong to the parent
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
@@ -229,5 +246,8 @@ class ProcessPool:
         for conn in self._inboxes + self._outboxes:
             conn.close()
         for process in self._processes:
-            process.close()
+            # another thread's Process.start() may reap it first (multiprocessing polls
+            # every child there); close() then cannot tell that it ended: nothing to free
+            with contextlib.suppress(ValueError):
+                process.close()
         self._link.close()  # unlinks slabs no one mapped (a worker killed mid-batch)

@@ -9,8 +9,9 @@ import pickle
 import select
 import signal
 import sys
+from collections.abc import Callable
 from multiprocessing import connection
-from typing import Any
+from typing import Any, NoReturn
 
 from conveyor.collate import set_output_allocator
 from conveyor.engine.messages import Reply, reply_to_wire, task_from_wire
@@ -38,7 +39,7 @@ def exit_with_parent(parent_pid: int) -> None:
 
     def on_parent_death(signum: int, frame: object) -> None:
         if os.getppid() != parent_pid:
-            os._exit(0)
+            _clean_up_and_exit()
 
     signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
     if sys.platform.startswith("linux"):
@@ -46,7 +47,20 @@ def exit_with_parent(parent_pid: int) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL))
     if os.getppid() != parent_pid:  # died before prctl took effect
-        os._exit(0)
+        _clean_up_and_exit()
+
+
+_on_parent_death: list[Callable[[], None]] = []
+"""What an orphaned worker does before it exits: unlink its shared-memory slabs, which
+nobody else would (the main process is gone), so /dev/shm does not keep them until some
+later loader reclaims them."""
+
+
+def _clean_up_and_exit() -> NoReturn:
+    for clean_up in _on_parent_death:
+        with contextlib.suppress(Exception):
+            clean_up()
+    os._exit(0)
 
 
 def process_worker_main(
@@ -107,6 +121,7 @@ def process_worker_main(
     def send(reply: Reply) -> None:
         end.send(reply_to_wire(reply))
 
+    _on_parent_death.append(end.close)
     previous = set_output_allocator(end.allocate)  # collate stacks straight into slabs
     try:
         with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
