@@ -13,8 +13,6 @@ import torch
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
-from conveyor.datapipes.profiling import StageTimers
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
@@ -275,6 +273,11 @@ class DataLoader(TorchDataLoader[T_co]):
         dataset = self.dataset
         if not isinstance(dataset, IterDataPipe):
             return EpochHooks(all_ranks_have=all_ranks_have)
+        # Imported here: they pull in every DataPipe operation, which a loader over a plain
+        # Dataset never needs (`import conveyor` time, S4).
+        from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
+        from conveyor.datapipes.profiling import StageTimers
+
         world_size, rank = world_and_rank()
         if not self._warned_unsharded:
             self._warned_unsharded = True

@@ -24,7 +24,7 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, StartEpoch, Task, reply_from_wire, task_to_wire
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.shutdown import describe_exit, stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
@@ -141,7 +141,8 @@ class ProcessPool:
 
     def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         # Plain pickle: tasks carry no file descriptors, and ForkingPickler costs ~10 us.
-        frame = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        wire = task_to_wire(message) if type(message) is Task else message
+        frame = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             with self._send_locks[worker_id]:
                 self._inboxes[worker_id].send_bytes(frame)
@@ -180,7 +181,7 @@ class ProcessPool:
                     continue
                 message = self._link.decode(i, frame)
                 if message is not SKIP:
-                    results.append((i, message))
+                    results.append((i, reply_from_wire(message)))
         answered = {i for i, _ in results}
         for i in exited:
             # its last results are delivered first: a worker that answered in this call is

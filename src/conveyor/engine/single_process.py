@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.collate import set_output_allocator
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
@@ -12,6 +13,7 @@ from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.state.protocol import has_state
+from conveyor.transport.recycled import RecycledBuffers
 
 
 class SingleProcessIterator(LoaderIterator):
@@ -25,6 +27,7 @@ class SingleProcessIterator(LoaderIterator):
             dataset = hooks.prepare_graph(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
+        self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
         if hooks.stage_timers is not None:
@@ -56,6 +59,7 @@ class SingleProcessIterator(LoaderIterator):
     def _next_data(self) -> Any:
         while True:
             _, request = self._next_request()  # may raise StopIteration: the epoch is over
+            previous = set_output_allocator(self._buffers.allocate)
             try:
                 # pipelines leave the warning to this loader's ledger
                 with skip_sink().forwarded():
@@ -66,6 +70,8 @@ class SingleProcessIterator(LoaderIterator):
             except BatchSkipped:
                 self._record_skips(self._fetcher.take_skips())
                 continue
+            finally:
+                set_output_allocator(previous)
             self._record_skips(self._fetcher.take_skips())
             break
         self._batch_samples = self._fetcher.last_count
