@@ -203,6 +203,8 @@ class DataLoader(TorchDataLoader[T_co]):
         self._warned_unsharded = False
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
+        self._epoch_serial = 0
+        self._dropped_state: LoaderStateDict | None = None
         self._mirror_attributes()
         self.__initialized = True
         self.check_worker_number_rationality()
@@ -324,6 +326,9 @@ class DataLoader(TorchDataLoader[T_co]):
             iterator = self._iterator = self._get_iterator()
         self._epoch_iterator = weakref.ref(iterator)
         self._epoch_clock = iterator.clock
+        self._dropped_state = None
+        self._epoch_serial += 1
+        iterator.keep_state_when_dropped = _state_keeper(self, self._epoch_serial)
         return iterator
 
     # ---------------------------------------------------------- observability
@@ -343,6 +348,8 @@ class DataLoader(TorchDataLoader[T_co]):
         iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
         if iterator is not None and not iterator.finished:
             return iterator.state_dict()
+        if self._dropped_state is not None:  # the loop was left (break) mid-epoch
+            return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
         return {
@@ -362,6 +369,7 @@ class DataLoader(TorchDataLoader[T_co]):
         """
         check_state_keys(state_dict)
         check_version(state_dict)
+        self._dropped_state = None
         if state_dict.get("in_epoch"):
             check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
             check_generator(state_dict, self.generator)
@@ -386,3 +394,15 @@ class DataLoader(TorchDataLoader[T_co]):
                 return length // self.batch_size
             return math.ceil(length / self.batch_size)
         return length
+
+
+def _state_keeper(loader: DataLoader[Any], serial: int) -> Callable[[LoaderStateDict], None]:
+    """Stores a dropped iterator's state on ``loader`` unless a later epoch has begun."""
+    ref = weakref.ref(loader)
+
+    def keep(state: LoaderStateDict) -> None:
+        owner = ref()
+        if owner is not None and owner._epoch_serial == serial:
+            owner._dropped_state = state
+
+    return keep

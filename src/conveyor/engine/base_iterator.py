@@ -210,6 +210,19 @@ class LoaderIterator:
     def __getstate__(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} cannot be pickled")
 
+    keep_state_when_dropped: Callable[[LoaderStateDict], None] | None = None
+    """Set by the loader: receives this epoch's state when the iterator is dropped before
+    the epoch ended (``break``), so ``loader.state_dict()`` still says where you stopped."""
+
+    def __del__(self) -> None:
+        keep = self.keep_state_when_dropped
+        if keep is None or getattr(self, "finished", True):
+            return
+        try:
+            keep(self.state_dict())
+        except Exception:  # a half-built iterator: nothing was delivered from it
+            return
+
     def _next_data(self) -> Any:
         raise NotImplementedError
 

@@ -161,7 +161,7 @@ class MultiWorkerIterator(LoaderIterator):
         timeout = self._workers.timeout_s or None
         ready = self._require_pool().receive(timeout)
         if not ready and timeout is not None:
-            seconds = float(self._workers.timeout_s)
+            seconds = self._workers.timeout_s  # as given: torch says "after 1 seconds"
             raise RuntimeError(f"DataLoader timed out after {seconds} seconds")
         self._handle_all(ready)
 
@@ -263,4 +263,5 @@ class MultiWorkerIterator(LoaderIterator):
             pool.close()
 
     def __del__(self) -> None:
+        super().__del__()
         self.close()
