@@ -186,3 +186,14 @@ class SelfIterating(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             raise StopIteration
         self.position += 1
         return self.position - 1
+
+
+class Nested:
+    """Each sample is a nested tensor (rows of different lengths): no single strided view."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        rows = [torch.full((length, 3), float(i)) for length in (1, i + 2)]
+        return torch.nested.nested_tensor(rows)

@@ -472,3 +472,16 @@ def test_thread_workers_pin_in_the_loop_not_in_a_pin_thread(
     for k, batch in enumerate(it):
         assert isinstance(batch, _Pinned) and batch.thread == threading.main_thread().name
         _check_images(batch, 4 * k)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_nested_tensors_cross_from_workers(context: str) -> None:
+    from sample_datasets import Nested
+
+    loader = DataLoader(Nested(), batch_size=None, num_workers=2, multiprocessing_context=context)
+    for i, sample in enumerate(loader):
+        assert sample.is_nested
+        first, second = sample.unbind()
+        assert first.shape == (1, 3) and second.shape == (i + 2, 3)
+        assert bool((second == float(i)).all())
