@@ -6,11 +6,11 @@ round trip, handshake, TCP-like window, optional bandwidth cap), one proxy per R
 3x224x224 JPEG samples in each library's own layout (benchmarks/s7_data.py). Pipelines,
 batch 64, 2 workers, interleaved repetitions (pipelines and RTTs rotate), medians:
 
-  conveyor         TarShards from s3:// (s3fs) -> decode + crop in the workers
+  conveyor         TarShards from s3:// (s3fs) -> decode + crop in the workers; read-ahead
+                   on (the default: 4 ranged GETs in flight per shard, next shard started)
   conveyor-bytes   the same without decoding: raw JPEG bytes (the I/O path alone)
-  conveyor-ra      conveyor with storage/readahead.py (4 x 8 MiB ranged GETs in flight per
-                   shard, next shard hinted), wired from public pieces: the speed-up to merge
-  conveyor-ra-bytes  the same without decoding
+  conveyor-seq     conveyor with RemoteOptions(read_ahead=0): one request at a time
+  conveyor-seq-bytes  the same without decoding
   wds              webdataset.WebDataset over http:// shard URLs (curl) + torch DataLoader
   wds-bytes        the same without decoding
   s3torch          s3torchconnector S3IterableDataset (sharded over workers) -> tar -> decode
@@ -60,6 +60,7 @@ from latency_proxy import LinkSettings, ProxyProcess  # noqa: E402  (tests/integ
 import s7_data  # noqa: E402
 from conveyor.dataloader import DataLoader  # noqa: E402
 from conveyor.datapipes.iter import TarShards  # noqa: E402
+from conveyor.storage import RemoteOptions  # noqa: E402
 from s3_decode import decode_crop  # noqa: E402
 
 BUCKET = s7_data.BUCKET
@@ -122,45 +123,13 @@ def p_conveyor(spec: Spec) -> Iterable[Any]:
     return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
 
 
-class OpenAhead:
-    """Picklable shard URL -> (URL, read-ahead stream); hints this worker's next shard.
-
-    Prototype wiring of `conveyor.storage.readahead` from public pieces (the library does
-    not route TarShards through it yet): ShardLister hands this worker shards ``c, c + n,
-    ...`` in order (no shuffle), so the next one is ``n`` places further.
-    """
-
-    def __init__(self, urls: list[str], options: dict[str, Any], block: int, depth: int):
-        self.urls, self.options, self.block, self.depth = urls, options, block, depth
-
-    def __call__(self, url: str) -> tuple[str, Any]:
-        from conveyor.datapipes.iter.shards import consumer_slot
-        from conveyor.storage import get_filesystem
-        from conveyor.storage.readahead import read_ahead
-
-        fs = get_filesystem(url, self.options).fs  # type: ignore[attr-defined]
-        reader = read_ahead(fs, block_size=self.block, depth=self.depth)
-        consumers, _ = consumer_slot()
-        following = self.urls.index(url) + consumers
-        if following < len(self.urls):
-            reader.hint(self.urls[following])
-        return url, reader.open(url)
-
-
-def p_conveyor_readahead(spec: Spec) -> Iterable[Any]:
-    from conveyor.datapipes.iter.shards import ShardLister
-    from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
-
+def p_conveyor_sequential(spec: Spec) -> Iterable[Any]:
+    """conveyor with read-ahead off: one ranged GET at a time, as the reader needs bytes."""
     urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
-    opened = ShardLister(urls, storage_options=spec.options).map(
-        OpenAhead(urls, spec.options, READAHEAD_BLOCK, READAHEAD_DEPTH)
-    )
-    samples = WebDataset(TarArchiveLoader(opened, stream=False)).map(TarPair(spec.decode))
-    return DataLoader(samples, batch_size=spec.batch_size, num_workers=spec.num_workers)
-
-
-READAHEAD_BLOCK = 8 << 20
-READAHEAD_DEPTH = 4
+    pipe = TarShards(
+        urls, decode=None, storage_options=spec.options, remote=RemoteOptions(read_ahead=0)
+    ).map(TarPair(spec.decode))
+    return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
 
 
 def _wds_pair(decode: bool) -> Callable[[dict[str, Any]], tuple[Any, int]]:
@@ -250,8 +219,8 @@ def p_streaming(spec: Spec) -> Iterable[Any]:
 PIPELINES: dict[str, tuple[Callable[[Spec], Iterable[Any]], bool]] = {
     "conveyor": (p_conveyor, True),
     "conveyor-bytes": (p_conveyor, False),
-    "conveyor-ra": (p_conveyor_readahead, True),
-    "conveyor-ra-bytes": (p_conveyor_readahead, False),
+    "conveyor-seq": (p_conveyor_sequential, True),
+    "conveyor-seq-bytes": (p_conveyor_sequential, False),
     "wds": (p_wds, True),
     "wds-bytes": (p_wds, False),
     "s3torch": (p_s3torch, True),
@@ -401,9 +370,7 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--pipelines", default=",".join(p for p in PIPELINES if not p.startswith("conveyor-ra"))
-    )
+    parser.add_argument("--pipelines", default=",".join(PIPELINES))
     parser.add_argument("--rtts", default="0,25,100", help="round-trip times in ms")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shards", type=int, default=4)

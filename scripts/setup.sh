@@ -38,3 +38,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "$want" > "$stamp"
     say "ready in $((SECONDS - setup_start)) s: $venv"
 fi
+# Byte-compile the editable sources: with PYTHONDONTWRITEBYTECODE set (as on the shared
+# machines) Python would compile every module on every import, ~4x `import conveyor`'s time
+# (docs/benchmarks.md, S4). A wheel install gets these from pip; only changed files recompile.
+"$venv/bin/python" -m compileall -q "$root/src" >/dev/null

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import signal
@@ -94,6 +95,8 @@ class DieAt:
         if i == self.bad:
             if self.how == "exit":
                 os._exit(7)
+            # a deliberate crash: no faulthandler dump (pytest enables it, forks inherit it)
+            faulthandler.disable()
             os.kill(os.getpid(), getattr(signal, self.how))
         return i
 
@@ -165,3 +168,32 @@ class WithGetitems(Range):
 
     def __getitems__(self, indices: list[int]) -> list[tuple[str, int]]:
         return [("batched", i) for i in indices]
+
+
+class SelfIterating(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """An iterable dataset that is its own iterator: ``__iter__`` rewinds and returns self."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.position = 0
+
+    def __iter__(self) -> SelfIterating:
+        self.position = 0
+        return self
+
+    def __next__(self) -> int:
+        if self.position >= self.n:
+            raise StopIteration
+        self.position += 1
+        return self.position - 1
+
+
+class Nested:
+    """Each sample is a nested tensor (rows of different lengths): no single strided view."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        rows = [torch.full((length, 3), float(i)) for length in (1, i + 2)]
+        return torch.nested.nested_tensor(rows)

@@ -17,8 +17,6 @@ from conveyor.datapipes._decorator import (
     runtime_validation,
     runtime_validation_disabled,
 )
-from conveyor.datapipes.dataframe import DFIterDataPipe
-from conveyor.datapipes.iter.shards import TarShards
 from conveyor.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -44,6 +42,8 @@ from conveyor.string_table import StringTable
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 
 if TYPE_CHECKING:
+    from conveyor.datapipes.dataframe import DFIterDataPipe
+    from conveyor.datapipes.iter.shards import TarShards
     from conveyor.mixture import Mixture
 
 __version__ = "0.1.0"
@@ -87,10 +87,26 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """`Mixture` is imported on first use: most programs never mix (import time, S4)."""
-    if name == "Mixture":
-        from conveyor.mixture import Mixture
+# Imported on first use: most programs never mix, stream tar shards or use data frames, and
+# these pull in the DataPipe operations, formats and storage (`import conveyor` time, S4).
+_LAZY = {
+    "DFIterDataPipe": "conveyor.datapipes.dataframe",
+    "Mixture": "conveyor.mixture",
+    "TarShards": "conveyor.datapipes.iter.shards",
+}
 
-        return Mixture
-    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    """The names in `_LAZY`, imported when first asked for (``from conveyor import X`` too)."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

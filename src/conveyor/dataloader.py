@@ -13,8 +13,6 @@ import torch
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
-from conveyor.datapipes.profiling import StageTimers
 from conveyor.dataset import Dataset
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.engine.base_iterator import LoaderIterator
@@ -33,7 +31,14 @@ from conveyor.engine.worker_kind import (
 from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
 from conveyor.loader_args import resolve_sampling
 from conveyor.sampler import Sampler
-from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict, Resume, check_version
+from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of
+from conveyor.state.loader_state import (
+    STATE_VERSION,
+    LoaderStateDict,
+    Resume,
+    check_generator,
+    check_version,
+)
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -58,6 +63,7 @@ class _Option(Generic[V]):
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._field = self._field or name
+        self._name = name
 
     @overload
     def __get__(self, loader: None, owner: type) -> _Option[V]: ...
@@ -75,6 +81,7 @@ class _Option(Generic[V]):
 
     def __set__(self, loader: DataLoader[Any], value: V) -> None:
         loader._options = loader._options.replace(self._concern, **{self._field: value})
+        loader.__dict__[self._name] = self.__get__(loader, type(loader))
 
 
 class DataLoader(TorchDataLoader[T_co]):
@@ -196,10 +203,24 @@ class DataLoader(TorchDataLoader[T_co]):
         self._warned_unsharded = False
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
-        self._left_state: LoaderStateDict | None = None
-        self._epoch_serial = 0  # which iter() the dropped state belongs to
+        self._epoch_serial = 0
+        self._dropped_state: LoaderStateDict | None = None
+        self._mirror_attributes()
         self.__initialized = True
         self.check_worker_number_rationality()
+
+    def _mirror_attributes(self) -> None:
+        """Keep the options' values in the instance ``__dict__`` too, under torch's names.
+
+        Reads go through the descriptors (they take precedence); the copies are for code
+        that rebuilds a loader from ``vars(loader)``, as torch's DataLoader keeps them
+        there: Lightning does so to inject its DistributedSampler.
+        """
+        for cls in reversed(type(self).__mro__):
+            for name, value in vars(cls).items():
+                if isinstance(value, _Option):
+                    self.__dict__[name] = getattr(self, name)
+        self.__dict__["worker_type"] = self.worker_type
 
     # ------------------------------------------------------------ attributes
     @property
@@ -220,6 +241,7 @@ class DataLoader(TorchDataLoader[T_co]):
     def worker_type(self, name: str) -> None:
         old = self._options.workers.kind
         self._options = self._options.replace("workers", kind=worker_kind(name))
+        self.__dict__["worker_type"] = name
         old.close()
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -253,6 +275,11 @@ class DataLoader(TorchDataLoader[T_co]):
         dataset = self.dataset
         if not isinstance(dataset, IterDataPipe):
             return EpochHooks(all_ranks_have=all_ranks_have)
+        # Imported here: they pull in every DataPipe operation, which a loader over a plain
+        # Dataset never needs (`import conveyor` time, S4).
+        from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
+        from conveyor.datapipes.profiling import StageTimers
+
         world_size, rank = world_and_rank()
         if not self._warned_unsharded:
             self._warned_unsharded = True
@@ -299,9 +326,9 @@ class DataLoader(TorchDataLoader[T_co]):
             iterator = self._iterator = self._get_iterator()
         self._epoch_iterator = weakref.ref(iterator)
         self._epoch_clock = iterator.clock
-        self._left_state = None
+        self._dropped_state = None
         self._epoch_serial += 1
-        iterator.leave_state_to(_StateKeeper(self, self._epoch_serial))
+        iterator.keep_state_when_dropped = _state_keeper(self, self._epoch_serial)
         return iterator
 
     # ---------------------------------------------------------- observability
@@ -321,8 +348,8 @@ class DataLoader(TorchDataLoader[T_co]):
         iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
         if iterator is not None and not iterator.finished:
             return iterator.state_dict()
-        if iterator is None and self._left_state is not None:
-            return self._left_state  # the loop was left (``break``) and its iterator dropped
+        if self._dropped_state is not None:  # the loop was left (break) mid-epoch
+            return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
         return {
@@ -332,8 +359,20 @@ class DataLoader(TorchDataLoader[T_co]):
         }
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
-        """Make the next ``iter(loader)`` continue from ``state_dict``."""
+        """Make the next ``iter(loader)`` continue from ``state_dict``.
+
+        Raises TypeError for what is not a checkpoint dict, ValueError for an incomplete
+        one, one of another version or library, and one this loader cannot honour (another
+        dataset length or sampler: see ``conveyor.state.fingerprint``). A different
+        ``batch_size`` is honoured: the rest of the epoch is re-batched from the sample
+        count.
+        """
+        check_state_keys(state_dict)
         check_version(state_dict)
+        self._dropped_state = None
+        if state_dict.get("in_epoch"):
+            check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
+            check_generator(state_dict, self.generator)
         if not state_dict.get("in_epoch", False):
             saved = state_dict.get("generator")
             if saved is not None and self.generator is not None:
@@ -341,7 +380,6 @@ class DataLoader(TorchDataLoader[T_co]):
             self._resume = None
         else:
             self._resume = Resume(state_dict)
-        self._left_state = None
         if isinstance(self._iterator, MultiWorkerIterator):
             self._iterator.close()  # persistent workers restart from the checkpoint
             self._iterator = None
@@ -358,15 +396,13 @@ class DataLoader(TorchDataLoader[T_co]):
         return length
 
 
-class _StateKeeper:
-    """Receives a dropped epoch iterator's state for its loader, through a weak reference
-    (an iterator must not keep its loader alive); an older epoch's iterator is ignored."""
+def _state_keeper(loader: DataLoader[Any], serial: int) -> Callable[[LoaderStateDict], None]:
+    """Stores a dropped iterator's state on ``loader`` unless a later epoch has begun."""
+    ref = weakref.ref(loader)
 
-    def __init__(self, loader: DataLoader[Any], serial: int):
-        self._loader = weakref.ref(loader)
-        self._serial = serial
+    def keep(state: LoaderStateDict) -> None:
+        owner = ref()
+        if owner is not None and owner._epoch_serial == serial:
+            owner._dropped_state = state
 
-    def __call__(self, state: LoaderStateDict) -> None:
-        loader = self._loader()
-        if loader is not None and loader._epoch_serial == self._serial:
-            loader._left_state = state
+    return keep

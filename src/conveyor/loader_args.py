@@ -14,7 +14,6 @@ import torch
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.datapipes.settings import apply_shuffle_settings
 from conveyor.engine.options import DataOptions
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
@@ -35,6 +34,9 @@ def _check_stream_arguments(
     """Iterable-style datasets take no sampler; DataPipe graphs take ``shuffle``."""
     if isinstance(dataset, IterDataPipe):
         if shuffle is not None:
+            # Imported here: it pulls in every DataPipe operation (`import conveyor` time).
+            from conveyor.datapipes.settings import apply_shuffle_settings
+
             apply_shuffle_settings(dataset, shuffle=shuffle)
     elif shuffle not in (False, None):
         raise ValueError(
@@ -75,6 +77,12 @@ def resolve_sampling(
     collate_fn: Callable[[Any], Any] | None,
 ) -> DataOptions:
     """torch's rules: mutual exclusions, default samplers, the batch sampler, collate."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        # torch fails later, inside the sampler, with a message about random_()'s arguments
+        raise TypeError(
+            f"generator must be a torch.Generator (or None), got {type(generator).__name__}: "
+            "create one with torch.Generator().manual_seed(seed)"
+        )
     if iterable_style:
         _check_stream_arguments(dataset, shuffle, sampler, batch_sampler)
     else:

@@ -10,9 +10,11 @@ The DataPipe bases are deliberately *not* torch's: torch's ``IterDataPipe`` and
 ``MapDataPipe`` carry a metaclass that wraps ``__iter__`` and hooks ``__getattr__``, which
 would run torch's machinery on every pull (see the README's differences).
 
-Apart from the classes, this module reads two torch globals and writes one: the collate
-registry users extend (``torch.utils.data._utils.collate.default_collate_fn_map``), and the
-worker info torch-style code reads with ``torch.utils.data.get_worker_info()``.
+Apart from the classes, this module reads two torch globals and writes two: the collate
+registry users extend (``torch.utils.data._utils.collate.default_collate_fn_map``), the
+worker info torch-style code reads with ``torch.utils.data.get_worker_info()``, and - once a
+thread worker starts - that function itself, so that code calling it (Hugging Face
+``datasets`` splits shards with it) sees each thread worker's own info.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import torch.utils.data as _torch_data
 import torch.utils.data._utils.collate as _torch_collate
 import torch.utils.data._utils.worker as _torch_worker
 from torch.utils.data import BatchSampler as TorchBatchSampler
@@ -56,6 +59,7 @@ __all__ = [
     "TorchWeightedRandomSampler",
     "is_iterable_style",
     "publish_worker_info",
+    "route_thread_worker_info",
     "torch_worker_info",
     "user_collate_fns",
 ]
@@ -93,6 +97,29 @@ def torch_worker_info() -> Any:
 def publish_worker_info(info: object | None) -> None:
     """Make ``torch.utils.data.get_worker_info()`` return ``info`` in this worker too."""
     _torch_worker._worker_info = info  # type: ignore[assignment]
+
+
+def route_thread_worker_info(thread_info: Callable[[], object | None]) -> None:
+    """Make ``torch.utils.data.get_worker_info()`` answer ``thread_info()`` in thread workers.
+
+    torch keeps the worker info in one module global, which cannot tell threads apart, so
+    the function is replaced (in ``torch.utils.data`` and its ``_utils.worker`` module, where
+    callers look it up) by one that asks ``thread_info`` first and otherwise returns torch's
+    global exactly as before. Code that bound the function by name before the first thread
+    worker started keeps torch's original and sees ``None`` in thread workers.
+    """
+    current = _torch_data.get_worker_info
+    if getattr(current, "_conveyor_routes_threads", False):
+        return
+
+    def get_worker_info() -> Any:
+        info = thread_info()
+        return info if info is not None else _torch_worker._worker_info
+
+    get_worker_info.__doc__ = current.__doc__
+    get_worker_info._conveyor_routes_threads = True  # type: ignore[attr-defined]
+    _torch_data.get_worker_info = get_worker_info
+    _torch_worker.get_worker_info = get_worker_info
 
 
 _seen_registry: dict[Any, Callable[..., Any]] = {}

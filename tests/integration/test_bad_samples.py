@@ -45,7 +45,7 @@ def test_bad_samples_are_skipped_counted_and_reported(
         worker_type=worker_type,
         on_error="skip",
     )
-    with pytest.warns(BadSampleWarning, match=r"skipped 4 bad samples.*index 2: OSError"):
+    with pytest.warns(BadSampleWarning, match=r"skipped 4 samples.*index 2: OSError"):
         got = [b for b in loader]
     assert _flat(got) == [i for i in range(12) if i not in bad]
     assert loader.stats().skipped == 4

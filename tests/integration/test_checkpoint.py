@@ -319,3 +319,30 @@ def test_resume_with_a_different_number_of_ranks(
         seen += got
     assert sorted(set(seen)) == list(range(n))  # every sample
     assert len(seen) - n < new_world  # at most the padding that keeps ranks equal
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_state_after_breaking_out_of_the_loop_is_where_it_stopped(num_workers: int) -> None:
+    """``for batch in loader: ... break`` drops the iterator; the checkpoint taken after
+    it must still say where the loop stopped, not the start of the epoch (a replay)."""
+
+    def make() -> DataLoader[Any]:
+        return DataLoader(
+            Range(40), batch_size=4, shuffle=True, num_workers=num_workers,
+            generator=torch.Generator().manual_seed(1),
+        )  # fmt: skip
+
+    uninterrupted = [_plain(b) for b in make()]
+    loader = make()
+    got = []
+    for batch in loader:
+        got.append(_plain(batch))
+        if len(got) == 3:
+            break
+    state = loader.state_dict()
+    assert state["in_epoch"] and state["yielded"] == 3
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert got + [_plain(b) for b in resumed] == uninterrupted
+    next(iter(loader))  # a new epoch on the same loader forgets the dropped one's state
+    assert loader.state_dict()["yielded"] == 1

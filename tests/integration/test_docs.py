@@ -44,6 +44,7 @@ PUBLIC_MODULES = [
     "conveyor.formats",
     "conveyor.graph",
     "conveyor.graph_settings",
+    "conveyor.integrations",
     "conveyor.sampler",
     "conveyor.state",
     "conveyor.stateful_dataloader",

@@ -12,8 +12,8 @@ import pytest
 from latency_proxy import LinkSettings, ProxyProcess
 from remote_servers import BUCKET, S3Server
 
-from conveyor.storage import get_filesystem
-from conveyor.storage.readahead import ReadAhead
+from conveyor.storage import RangedReader, RemoteOptions, get_filesystem
+from conveyor.storage.readahead import ReadAheadStream
 
 BLOCK = 256 << 10
 BLOB_BYTES = 16 * BLOCK + 1234  # 16 full blocks and a short one
@@ -28,12 +28,12 @@ def blob(s3_server: S3Server) -> bytes:
 
 
 @pytest.fixture
-def slow_fs(s3_server: S3Server) -> Iterator[tuple[Any, float]]:
+def slow_options(s3_server: S3Server) -> Iterator[tuple[dict[str, Any], float]]:
     rtt = 0.1
     with ProxyProcess(str(urlparse(s3_server.endpoint).netloc), LinkSettings(rtt=rtt)) as proxy:
         options = dict(s3_server.storage_options)
         options["client_kwargs"] = {"endpoint_url": proxy.endpoint, "region_name": "us-east-1"}
-        yield get_filesystem("s3://", options).fs, rtt
+        yield options, rtt
 
 
 def _timed_read(open_stream: Any) -> tuple[float, bytes]:
@@ -46,35 +46,40 @@ def _timed_read(open_stream: Any) -> tuple[float, bytes]:
 
 
 def test_read_ahead_reads_the_same_bytes_in_fewer_waited_round_trips(
-    blob: bytes, slow_fs: tuple[Any, float]
+    blob: bytes, slow_options: tuple[dict[str, Any], float]
 ) -> None:
-    fs, rtt = slow_fs
-    # fsspec's own file: HEAD, then one GET per block, each waited for in turn (~18 RTT)
-    plain_s, plain = _timed_read(lambda: fs.open(URL, "rb", block_size=BLOCK))
-    reader = ReadAhead(fs, block_size=BLOCK, depth=4)
-    ahead_s, ahead = _timed_read(lambda: reader.open(URL))
+    options, rtt = slow_options
+    one_at_a_time = get_filesystem(URL, options, RemoteOptions(read_ahead=0))
+    ahead = get_filesystem(URL, options, RemoteOptions(read_ahead=4))
+    assert isinstance(one_at_a_time.open(URL, BLOCK), RangedReader)
+    assert isinstance(ahead.open(URL, BLOCK), ReadAheadStream)
+    # one GET per block, each waited for in turn (~17 round trips)
+    plain_s, plain = _timed_read(lambda: one_at_a_time.open(URL, BLOCK))
+    ahead_s, fetched = _timed_read(lambda: ahead.open(URL, BLOCK))
     assert plain == blob
-    assert ahead == blob
-    assert plain_s >= 17 * rtt, plain_s
+    assert fetched == blob
+    assert plain_s >= 16 * rtt, plain_s
     # four blocks in flight: about a quarter of the round trips are waited for
     assert ahead_s < 0.6 * plain_s, (ahead_s, plain_s)
 
 
 def test_a_hinted_object_is_read_before_it_is_opened(
-    blob: bytes, slow_fs: tuple[Any, float]
+    blob: bytes, slow_options: tuple[dict[str, Any], float]
 ) -> None:
-    fs, rtt = slow_fs
-    reader = ReadAhead(fs, block_size=BLOCK, depth=2)
-    reader.hint(URL)
-    hinted = reader._hinted[URL]
+    options, rtt = slow_options
+    fs = get_filesystem(URL, options, RemoteOptions(read_ahead=2))
+    with fs.open(URL, BLOCK) as stream:  # hints wait for the first object's first block
+        stream.read(1)
+    fs.hint(URL)  # type: ignore[attr-defined]
+    hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
     deadline = time.monotonic() + 10
     while not all(future.done() for future in hinted._blocks.values()):
         assert time.monotonic() < deadline, "the hinted blocks never arrived"
         time.sleep(0.01)
     start = time.perf_counter()
-    with reader.open(URL) as stream:
+    with fs.open(URL, BLOCK) as stream:
         assert stream is hinted
-        first = stream.read(BLOCK)
+        first = stream.read(64 << 10)
     assert time.perf_counter() - start < rtt / 2  # no round trip left to wait for
-    assert first == blob[:BLOCK]
-    reader.close()
+    assert first == blob[: 64 << 10]
+    fs.release()  # type: ignore[attr-defined]

@@ -45,7 +45,10 @@ FAST = RemoteOptions(
     backoff_s=0.05,
     backoff_max_s=0.2,
     retry_budget_s=10.0,
+    read_ahead=0,  # one request at a time: the server's log is in reading order
 )
+"""Read-ahead (several ranges in flight, the next shard early) has its own fault tests in
+test_readahead_faults.py."""
 SLACK_S = 3.0  # scheduling on a loaded 2-core machine
 
 

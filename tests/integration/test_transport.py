@@ -313,6 +313,34 @@ def test_sigkilled_main_process_segments_are_reclaimed_at_next_start() -> None:
     assert _our_entries(orphan_prefix) == []
 
 
+def test_a_worker_whose_main_process_dies_unlinks_its_slabs() -> None:
+    """Only the main process is killed (SIGKILL: no clean-up of its own); its worker, told
+    by the kernel, unlinks the slab it was filling before it exits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "STUCK"  # the worker holds a fresh slab
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        orphan_prefix = f"conveyor-{proc.pid}-"
+        assert _our_entries(orphan_prefix), "the worker should hold a slab by now"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, "the worker outlived its main process"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert _our_entries(orphan_prefix) == []
+
+
 def test_scarce_budget_falls_back_to_the_pipe_with_a_clear_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -444,3 +472,16 @@ def test_thread_workers_pin_in_the_loop_not_in_a_pin_thread(
     for k, batch in enumerate(it):
         assert isinstance(batch, _Pinned) and batch.thread == threading.main_thread().name
         _check_images(batch, 4 * k)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_nested_tensors_cross_from_workers(context: str) -> None:
+    from sample_datasets import Nested
+
+    loader = DataLoader(Nested(), batch_size=None, num_workers=2, multiprocessing_context=context)
+    for i, sample in enumerate(loader):
+        assert sample.is_nested
+        first, second = sample.unbind()
+        assert first.shape == (1, 3) and second.shape == (i + 2, 3)
+        assert bool((second == float(i)).all())

@@ -95,6 +95,24 @@ def test_get_worker_info_in_workers(worker_type: str) -> None:
         assert len({s["pid"] for s in stamps}) == 2
 
 
+@pytest.mark.parametrize("worker_type", KINDS)
+def test_torchs_get_worker_info_sees_each_worker(worker_type: str) -> None:
+    """Code that asks torch (Hugging Face datasets does) sees the worker it runs in."""
+    import torch.utils.data as tud
+
+    stamps = list(
+        DataLoader(
+            WorkerStamp(8, lambda: tud.get_worker_info()),  # noqa: PLW0108 - looked up late
+            batch_size=None,
+            num_workers=2,
+            worker_type=worker_type,
+        )
+    )
+    assert [s["worker"] for s in stamps] == [0, 1] * 4
+    assert {s["num_workers"] for s in stamps} == {2}
+    assert tud.get_worker_info() is None  # the main thread is no worker
+
+
 def _record_init(worker_id: int) -> None:
     info = conveyor.get_worker_info()
     assert info is not None and info.id == worker_id
@@ -336,3 +354,17 @@ def test_private_worker_generators_are_reproducible_and_distinct(worker_type: st
     first, second = draws(), draws()
     assert first == second  # same loader seed, same draws, threads or not
     assert first[0] != first[1]  # workers 0 and 1 draw different streams
+
+
+def test_a_worker_traceback_has_one_header() -> None:
+    """torch's "Original Traceback (most recent call last):", not a second header after it."""
+    with pytest.raises(ValueError) as caught:
+        list(DataLoader(FailAt(8, bad=3), batch_size=None, num_workers=1))
+    text = str(caught.value)
+    assert "Original Traceback (most recent call last):" in text
+    assert text.count("Traceback (most recent call last)") == 1
+
+
+def test_a_generator_that_is_no_generator_is_refused_at_once() -> None:
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
+        DataLoader(Range(10), shuffle=True, generator=1)  # type: ignore[arg-type]

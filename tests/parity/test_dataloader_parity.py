@@ -12,7 +12,7 @@ import torch.utils.data as tud
 
 import conveyor
 
-from sample_datasets import RandomDraws, Range, ShardedStream, WithGetitems
+from sample_datasets import RandomDraws, Range, SelfIterating, ShardedStream, WithGetitems
 
 
 def _plain(x: Any) -> Any:
@@ -103,6 +103,28 @@ def test_iterable_style_matches_torch(
     else:
         theirs, ours = _both(dataset, **kwargs)
     assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "worker_type"), [(0, "process"), (2, "process"), (2, "thread")]
+)
+@pytest.mark.parametrize(("batch_size", "drop_last"), [(None, False), (2, False), (3, True)])
+def test_dataset_that_is_its_own_iterator_ends_like_torch(
+    num_workers: int, worker_type: str, batch_size: int | None, drop_last: bool
+) -> None:
+    """``__iter__`` returning self (and rewinding) is called once per epoch, not per batch."""
+    kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": drop_last}
+    theirs = [
+        _plain(b) for b in tud.DataLoader(SelfIterating(10), num_workers=num_workers, **kwargs)
+    ]
+    ours = [
+        _plain(b)
+        for b in conveyor.DataLoader(
+            SelfIterating(10), num_workers=num_workers, worker_type=worker_type, **kwargs
+        )
+    ]
+    assert ours == theirs
+    assert len(theirs) == {None: 10, 2: 5, 3: 3}[batch_size] * max(1, num_workers)
 
 
 def test_getitems_is_used_for_batches() -> None:

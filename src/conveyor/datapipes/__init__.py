@@ -1,10 +1,14 @@
 """DataPipes: composable pipeline nodes (PyTorch RFC #49440, torch's ``datapipes``).
 
 ``conveyor.datapipes.iter`` and ``conveyor.datapipes.map`` hold the operations; this
-module re-exports the base classes and the non-blocking protocol.
+module re-exports the base classes and the non-blocking protocol. The operations and the
+profiler are imported on first use (``conveyor.datapipes.iter``, a typed method such as
+``dp.map(f)``, or an attribute of this module): the loader needs only the base classes, and
+the operations pull in formats and storage (``import conveyor`` time, S4).
 """
 
-from conveyor.datapipes import iter, map
+from typing import TYPE_CHECKING, Any
+
 from conveyor.datapipes.base import (
     Cursor,
     DataChunk,
@@ -14,7 +18,10 @@ from conveyor.datapipes.base import (
     StateDict,
     functional_datapipe,
 )
-from conveyor.datapipes.profiling import PipelineProfile, StageProfile, profile_pipeline
+
+if TYPE_CHECKING:
+    from conveyor.datapipes import iter, map
+    from conveyor.datapipes.profiling import PipelineProfile, StageProfile, profile_pipeline
 
 __all__ = [
     "Cursor",
@@ -30,3 +37,26 @@ __all__ = [
     "map",
     "profile_pipeline",
 ]
+
+_LAZY = {
+    "iter": "conveyor.datapipes.iter",
+    "map": "conveyor.datapipes.map",
+    "PipelineProfile": "conveyor.datapipes.profiling",
+    "StageProfile": "conveyor.datapipes.profiling",
+    "profile_pipeline": "conveyor.datapipes.profiling",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The operation packages and the profiler, imported when first asked for."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'conveyor.datapipes' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(module_name)
+    return module if module_name.endswith(name) else getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

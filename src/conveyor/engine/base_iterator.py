@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from conveyor.engine.pin_thread import warn_unpinnable
@@ -11,6 +12,9 @@ from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
+from conveyor.formats.skips import SkipRecord
+from conveyor.sampler import BatchSampler
+from conveyor.state.fingerprint import check_fingerprint, fingerprint_of
 from conveyor.state.loader_state import (
     STATE_VERSION,
     LoaderStateDict,
@@ -49,6 +53,7 @@ class LoaderIterator:
             self._pin = lambda data: pin_memory(data, device)
         elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
+        self._fingerprint = fingerprint_of(self._data)
         self._begin_epoch(resume, draw_base_seed_now=True)
 
     # ------------------------------------------------------------------ epochs
@@ -60,13 +65,26 @@ class LoaderIterator:
         index_sampler, generator = data.index_sampler, data.generator
         self._replicas = distributed_sampler(index_sampler)
         self._consumed_before, skip_delivered = 0, True
+        self._samples_before: int | None = 0  # rebatched epochs: samples before the resume
+        rebatch_from: int | None = None
         if resume is not None:
             check_version(resume.state)
+            check_fingerprint(resume.state.get("fingerprint"), self._fingerprint)
             restore_epoch_start(resume.state, generator, stateful_sampler(index_sampler))
             draw_base_seed_now = resume.state.get("drew_base_seed", True)
-            self._consumed_before, skip_delivered = apply_replica_resume(self._replicas, resume)
+            self._consumed_before, skip_delivered = apply_replica_resume(
+                self._replicas, resume, data.samples_per_request
+            )
+            if skip_delivered:
+                rebatch_from = self._rebatch_point(resume)
         self._epoch_start = capture_epoch_start(generator)
-        self._sampler_iter = iter(index_sampler)
+        if rebatch_from is None:
+            self._sampler_iter = iter(index_sampler)
+        else:
+            self._sampler_iter = _batches_after(
+                data.sampler, rebatch_from, data.batch_size, data.drop_last
+            )
+            self._samples_before, skip_delivered = rebatch_from, False
         capture_sampler_start(self._epoch_start, stateful_sampler(index_sampler))
         self._position = 0  # index requests taken from the sampler this epoch
         self._num_yielded = 0
@@ -83,8 +101,41 @@ class LoaderIterator:
         self.clock = StepClock()
         self._skips = SkipLog(self._options.errors.max_skipped)
         self._samples_per_batch = data.samples_per_request
+        self._batch_samples = 0  # samples in the batch _next_data returned last
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
+
+    def _rebatch_point(self, resume: Resume) -> int | None:
+        """Samples to skip when the checkpoint's batches are not this loader's (its
+        ``batch_size`` changed, or its epoch was already re-batched); None otherwise."""
+        state, data = resume.state, self._data
+        saved = state.get("fingerprint")
+        if saved is None:
+            return None
+        if saved.get("batch_size") == data.batch_size and not state.get("rebatched"):
+            return None
+        change = f"batch_size {saved.get('batch_size')!r} -> {data.batch_size!r}"
+        if data.iterable_style:
+            _check_stream_rebatch(state, change)
+            return None  # each stream continues from its own state, in batches of any size
+        samples = state.get("samples")
+        if (
+            samples is None
+            or data.batch_size is None
+            or type(data.batch_sampler) is not (BatchSampler)
+        ):
+            raise ValueError(
+                f"this checkpoint cannot be resumed with another batching ({change}): "
+                "re-batching the rest of an epoch needs batch_size on both loaders (not a "
+                "batch_sampler of your own); resume with the checkpoint's batch_size"
+            )
+        if state.get("delivered_ahead"):
+            raise ValueError(
+                f"this checkpoint cannot be resumed with another batching ({change}): it was "
+                f"taken with in_order=False and {len(state['delivered_ahead'])} batch(es) "
+                "delivered ahead of the others; resume with the checkpoint's batch_size"
+            )
+        return int(samples)
 
     def _skip_delivered(self, resume: Resume) -> None:
         for _ in range(resume.yielded):
@@ -98,6 +149,29 @@ class LoaderIterator:
 
     def state_dict(self) -> LoaderStateDict:
         """Where the user is in this epoch: cheap (no copies), called between batches."""
+        state = self._epoch_state()
+        state["fingerprint"] = self._fingerprint
+        state["rebatched"] = self._samples_before != 0
+        state["samples"] = self._samples_delivered(int(state.get("yielded", 0)))
+        return state
+
+    def _samples_delivered(self, batches: int) -> int | None:
+        """Samples of the epoch's order in its first ``batches`` batches after the resume
+        point (None when batch sizes vary: a batch_sampler of the user's)."""
+        data = self._data
+        if data.iterable_style or self._samples_before is None:
+            return None
+        if data.batch_sampler is None:
+            return self._samples_before + batches
+        if type(data.batch_sampler) is not BatchSampler or data.batch_size is None:
+            return None
+        total = self._samples_before + batches * data.batch_size
+        try:
+            return min(total, len(data.sampler))  # type: ignore[arg-type]
+        except TypeError:  # a sampler without len
+            return total
+
+    def _epoch_state(self) -> LoaderStateDict:
         start = self._epoch_start
         return {
             "version": STATE_VERSION,
@@ -136,22 +210,21 @@ class LoaderIterator:
     def __getstate__(self) -> Any:
         raise NotImplementedError(f"{type(self).__name__} cannot be pickled")
 
-    def _next_data(self) -> Any:
-        raise NotImplementedError
-
-    def leave_state_to(self, keep: Callable[[LoaderStateDict], None]) -> None:
-        """Hand this epoch's state to ``keep`` if the iterator is dropped mid-epoch
-        (``break`` out of the loop), so the loader's ``state_dict()`` is where the user left."""
-        self._keep_state_on_drop: Callable[[LoaderStateDict], None] | None = keep
-
-    def _hand_over_state(self) -> None:
-        keep = getattr(self, "_keep_state_on_drop", None)
-        self._keep_state_on_drop = None
-        if keep is not None and not getattr(self, "finished", True):
-            keep(self.state_dict())
+    keep_state_when_dropped: Callable[[LoaderStateDict], None] | None = None
+    """Set by the loader: receives this epoch's state when the iterator is dropped before
+    the epoch ended (``break``), so ``loader.state_dict()`` still says where you stopped."""
 
     def __del__(self) -> None:
-        self._hand_over_state()
+        keep = self.keep_state_when_dropped
+        if keep is None or getattr(self, "finished", True):
+            return
+        try:
+            keep(self.state_dict())
+        except Exception:  # a half-built iterator: nothing was delivered from it
+            return
+
+    def _next_data(self) -> Any:
+        raise NotImplementedError
 
     def __next__(self) -> Any:
         clock = self.clock
@@ -167,7 +240,7 @@ class LoaderIterator:
                 self.finished = True
                 self._skips.report()
             raise
-        clock.leave(entered, self._samples_per_batch)
+        clock.leave(entered, self._batch_samples)
         self._num_yielded += 1
         if self._data.iterable_style:
             self._check_len_hint()
@@ -188,10 +261,9 @@ class LoaderIterator:
     def _end_epoch_early(self) -> None:
         """Drop what is left of the epoch (fullsync); workers may stop here."""
 
-    def _record_skips(self, skips: tuple[tuple[Any, str], ...]) -> None:
+    def _record_skips(self, skips: tuple[SkipRecord, ...]) -> None:
         if skips:
-            self.clock.skipped += len(skips)
-            self._skips.record(skips)
+            self.clock.skipped += self._skips.record(skips)
 
     def _check_len_hint(self) -> None:
         hint = self._len_hint()
@@ -218,3 +290,40 @@ class LoaderIterator:
     def _reset(self) -> None:
         """Start a new epoch on the same iterator (persistent workers keep their seeds)."""
         self._begin_epoch(None, draw_base_seed_now=False)
+
+
+def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:
+    """A stream without state is resumed by reading and dropping the batches delivered,
+    which counts batches of the checkpoint's size: with another size it would be wrong."""
+    workers = state.get("workers")
+    if workers is None:
+        replays = state.get("dataset") is None and int(state.get("yielded", 0)) > 0
+    else:
+        replays = any(
+            saved is None and count > 0
+            for saved, count in zip(workers["states"], workers["counts"], strict=True)
+        )
+    if replays:
+        raise ValueError(
+            f"this checkpoint of an iterable-style dataset cannot be resumed with another "
+            f"batching ({change}): the dataset has no state_dict(), so resuming re-reads and "
+            "drops the batches already delivered, counted in the checkpoint's batch size; "
+            "resume with that batch_size, or give the dataset state_dict()/load_state_dict()"
+        )
+
+
+def _batches_after(
+    sampler: Any, skip: int, batch_size: int | None, drop_last: bool
+) -> Iterator[list[Any]]:
+    """The batches of ``sampler``'s order after its first ``skip`` indices: the rest of an
+    epoch whose batch size changed. A generator, so ``iter(sampler)`` (and its random draws)
+    happens at the first ``next``, where a BatchSampler's would."""
+    assert batch_size is not None
+    indices = iter(sampler)
+    for _ in itertools.islice(indices, skip):
+        pass
+    while True:
+        batch = list(itertools.islice(indices, batch_size))
+        if not batch or (drop_last and len(batch) < batch_size):
+            return
+        yield batch

@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.formats.errors import SampleError
+from conveyor.formats.skips import SkipRecord, skip_sink
+
 
 @dataclass(frozen=True)
 class FetchSpec:
@@ -29,7 +32,8 @@ class FetchSpec:
         return [None] * self.samples_per_request if self.auto_collation else None
 
 
-NO_SKIPS: tuple[tuple[Any, str], ...] = ()
+Skips = tuple[SkipRecord, ...]
+NO_SKIPS: Skips = ()
 
 
 class BatchSkipped(Exception):
@@ -44,8 +48,10 @@ class MapFetcher:
         self._auto_collation = auto_collation
         self._collate_fn = collate_fn
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
+        self.last_count = 0  # samples in the last batch fetched
 
     def fetch(self, request: Any) -> Any:
+        self.last_count = len(request) if self._auto_collation else 1
         if not self._auto_collation:
             return self._collate_fn(self._dataset[request])
         if self._getitems is not None:
@@ -53,8 +59,8 @@ class MapFetcher:
         dataset = self._dataset
         return self._collate_fn([dataset[i] for i in request])
 
-    def take_skips(self) -> tuple[tuple[Any, str], ...]:
-        """Samples dropped since the last call: ``(index, error)`` pairs (none here)."""
+    def take_skips(self) -> Skips:
+        """Samples dropped since the last call (none here)."""
         return NO_SKIPS
 
 
@@ -64,32 +70,38 @@ class SkippingMapFetcher(MapFetcher):
 
     def __init__(self, dataset: Any, auto_collation: bool, collate_fn: Callable[[Any], Any]):
         super().__init__(dataset, auto_collation, collate_fn)
-        self._skipped: list[tuple[Any, str]] = []
+        self._skipped: list[SkipRecord] = []
 
     def _get(self, index: Any) -> tuple[bool, Any]:
         try:
             return True, self._dataset[index]
         except Exception as error:
-            self._skipped.append((index, f"{type(error).__name__}: {error}"))
+            reason = f"{type(error).__name__}: {error}"
+            self._skipped.append(SkipRecord("", reason, 1, (f"index {index!r}",)))
             return False, None
 
     def fetch(self, request: Any) -> Any:
+        self.last_count = 0
         if not self._auto_collation:
             ok, sample = self._get(request)
             if not ok:
                 raise BatchSkipped
+            self.last_count = 1
             return self._collate_fn(sample)
         if self._getitems is not None:
             try:
-                return self._collate_fn(self._getitems(request))
+                batch = self._collate_fn(self._getitems(request))
+                self.last_count = len(request)
+                return batch
             except Exception:
                 pass  # find the bad samples one by one
         samples = [sample for ok, sample in map(self._get, request) if ok]
         if not samples:
             raise BatchSkipped
+        self.last_count = len(samples)
         return self._collate_fn(samples)
 
-    def take_skips(self) -> tuple[tuple[Any, str], ...]:
+    def take_skips(self) -> Skips:
         skipped, self._skipped = self._skipped, []
         return tuple(skipped)
 
@@ -113,10 +125,13 @@ class IterableFetcher:
         self._collate_fn = collate_fn
         self._drop_last = drop_last
         self._iterator: Iterator[Any] | None = None
+        self._pending: SampleError | None = None  # raised after the partial batch before it
         self.ended = False
+        self.last_count = 0
 
-    def take_skips(self) -> tuple[tuple[Any, str], ...]:
-        return NO_SKIPS
+    def take_skips(self) -> Skips:
+        """Samples the pipeline skipped (``on_error="skip"``: the process's `SkipSink`)."""
+        return tuple(skip_sink().drain())
 
     @property
     def started(self) -> bool:
@@ -124,25 +139,39 @@ class IterableFetcher:
         return self._iterator is not None
 
     def fetch(self, request: Any) -> Any:
+        if self._pending is not None:
+            error, self._pending = self._pending, None
+            raise error
         if self.ended:
             raise StopIteration
         if self._iterator is None:
             self._iterator = iter(self._dataset)
         if not self._auto_collation:
             try:
-                return self._collate_fn(next(self._iterator))
+                sample = next(self._iterator)
             except StopIteration:
                 self.ended = True
                 raise
-        samples = []
-        for sample in self._iterator:
-            samples.append(sample)
-            if len(samples) == len(request):
+            self.last_count = 1
+            return self._collate_fn(sample)
+        # next() rather than a for loop: a for loop calls iter() on the iterator again, and
+        # a dataset whose __iter__ resets itself and returns self would restart every batch.
+        samples: list[Any] = []
+        wanted = len(request)
+        while len(samples) < wanted:
+            try:
+                samples.append(next(self._iterator))
+            except StopIteration:
+                self.ended = True
+                if not samples or (self._drop_last and len(samples) < wanted):
+                    raise
                 break
-        else:
-            self.ended = True
-            if not samples or (self._drop_last and len(samples) < len(request)):
-                raise StopIteration
+            except SampleError as error:  # bad data: the complete samples before it first
+                if not samples or self._drop_last:
+                    raise
+                self._pending = error
+                break
+        self.last_count = len(samples)
         return self._collate_fn(samples)
 
 

@@ -4,14 +4,19 @@ To a worker: `Task`, `StartEpoch` (persistent workers) or ``None`` (stop).
 From a worker: one `Reply` per task (and one per `StartEpoch`); a fetched batch's reply
 carries a `BatchInfo`.
 
-NamedTuples pickle about as cheaply as plain tuples and are read by name. Process
-workers' pipes also carry the slab transport's own messages (plain tuples, see
-`conveyor.transport.protocol`), which never reach the worker loop or the iterator.
+Process workers' pipes carry `Task` and `Reply` in a *wire* form (`task_to_wire`,
+`reply_to_wire` and back): pickling a NamedTuple saves its class by name, ~4 us against
+~0.4 us for the same fields as a plain tuple, paid on both sides of every batch (S2). A
+wire task is a list, so it is never mistaken for the slab transport's own messages (plain
+tuples, see `conveyor.transport.protocol`), which never reach the worker loop or the
+iterator.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
+
+from conveyor.formats.skips import SkipRecord
 
 __all__ = [
     "END",
@@ -26,9 +31,13 @@ __all__ = [
     "Skips",
     "StartEpoch",
     "Task",
+    "reply_from_wire",
+    "reply_to_wire",
+    "task_from_wire",
+    "task_to_wire",
 ]
 
-Skips = tuple[tuple[Any, str], ...]
+Skips = tuple[SkipRecord, ...]
 """``(index, "ErrorType: message")`` of the samples that ``on_error="skip"`` dropped."""
 
 
@@ -63,6 +72,7 @@ class BatchInfo(NamedTuple):
     stream_state: bytes | None  # pickled ``dataset.state_dict()`` after it (stateful streams)
     skips: Skips  # samples dropped by on_error="skip"
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
+    samples: int = 0  # samples in the batch
 
 
 class Reply(NamedTuple):
@@ -72,3 +82,25 @@ class Reply(NamedTuple):
     status: int
     payload: Any = None
     info: BatchInfo | None = None
+
+
+def task_to_wire(task: Task) -> list[Any]:
+    """`Task` as pickled onto a worker's pipe: a list (cheap, and unlike any control tuple)."""
+    return [task.task_id, task.request]
+
+
+def task_from_wire(message: Any) -> Any:
+    """The `Task` a wire list stands for; any other message is returned as it is."""
+    return Task(message[0], message[1]) if type(message) is list else message
+
+
+def reply_to_wire(reply: Reply) -> tuple[Any, ...]:
+    """`Reply` (and its `BatchInfo`) as plain tuples, for a process pipe."""
+    info = reply.info
+    return (reply.task_id, reply.status, reply.payload, None if info is None else tuple(info))
+
+
+def reply_from_wire(wire: tuple[Any, ...]) -> Reply:
+    """The `Reply` that `reply_to_wire` made."""
+    task_id, status, payload, info = wire
+    return Reply(task_id, status, payload, None if info is None else BatchInfo(*info))

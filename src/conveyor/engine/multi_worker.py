@@ -9,6 +9,7 @@ module never asks which one it is. See docs/design/shutdown.md for how workers e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,7 @@ class MultiWorkerIterator(LoaderIterator):
         )
         self._pool: WorkerPool | None = None
         self._worker_handles: list[Any] = []
+        self._owner_pid = os.getpid()
         self._next_task_id = 0
         self._start_epoch(first=True, streams=streams)
 
@@ -186,15 +188,15 @@ class MultiWorkerIterator(LoaderIterator):
             reply.payload.reraise()
         if self._in_flight.answer(reply.task_id) is None:
             return  # a late answer to a task of an abandoned epoch
-        if reply.status == msg.END:
-            self._retire(worker_id, reply.task_id)
-            return
         info = reply.info
         if info is not None:
             self.clock.worker_did(worker_id, info.busy_s)
             self._record_skips(info.skips)
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages
+        if reply.status == msg.END:
+            self._retire(worker_id, reply.task_id)
+            return
         self._buffer.put(reply.task_id, reply)
 
     def _retire(self, worker_id: int, end_task_id: int) -> None:
@@ -215,12 +217,13 @@ class MultiWorkerIterator(LoaderIterator):
             reply.payload.reraise()
         if reply.status == msg.SKIPPED:
             return _SKIPPED
+        self._batch_samples = reply.info.samples if reply.info is not None else 0
         if self._pin is not None:
             return self._pin(reply.payload)
         return reply.payload
 
-    def state_dict(self) -> LoaderStateDict:
-        state = super().state_dict()
+    def _epoch_state(self) -> LoaderStateDict:
+        state = super()._epoch_state()
         delivery = self._delivery
         if self._data.iterable_style:
             state["workers"] = {
@@ -274,14 +277,17 @@ class MultiWorkerIterator(LoaderIterator):
         return self._pool
 
     def close(self) -> None:
-        """End every worker now. Idempotent; also run on garbage collection."""
+        """End every worker now. Idempotent; also run on garbage collection.
+
+        Inert in a process forked from the owner (a later loader's worker inherits this
+        iterator): there the workers, pipes and slabs are the parent's, never to be
+        touched, so the copy is only forgotten.
+        """
         pool = getattr(self, "_pool", None)
         self._pool = None
-        if pool is not None:
+        if pool is not None and os.getpid() == getattr(self, "_owner_pid", None):
             pool.close()
 
     def __del__(self) -> None:
-        try:
-            self._hand_over_state()  # read before closing: the state outlives the workers
-        finally:
-            self.close()
+        super().__del__()
+        self.close()

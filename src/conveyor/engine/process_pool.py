@@ -26,7 +26,7 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, StartEpoch, Task, reply_from_wire, task_to_wire
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
 from conveyor.engine.worker_handle import WorkerHandle
@@ -77,6 +77,10 @@ def _pickled_or_inherited(setup: WorkerSetup) -> Any:
         return setup
 
 
+_SPAWNING = threading.Lock()
+"""Held while a pool creates its pipes and starts its workers (see ``_start_workers``)."""
+
+
 class ProcessPool:
     """Owns the worker processes, their pipes and their slabs; `close()` ends them all.
 
@@ -95,6 +99,7 @@ class ProcessPool:
         self._handles: list[WorkerHandle] = []
         self._alive = [True] * num_workers
         self._closed = False
+        self._owner_pid = os.getpid()
         self._send_locks = [threading.Lock() for _ in range(num_workers)]
         slab_options = options.slab_options or SlabOptions.from_env()
         prefetch = 2 if options.prefetch_factor is None else options.prefetch_factor
@@ -119,6 +124,20 @@ class ProcessPool:
             with _pickle_errors_warned():
                 payload = _pickled_or_inherited(setup)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
+        # One loader at a time creates pipes and forks: a fork from another thread in
+        # between would copy this loader's child ends (and the sentinel pipes Process.start
+        # makes) into that loader's workers, so end-of-file and exit would never be seen
+        # here until those unrelated workers exit.
+        with _SPAWNING:
+            self._spawn(setup, ctx, zygote, payload, parent)
+        self._handles = [WorkerHandle(process) for process in self._processes]
+        for worker_id in range(self._num_workers):
+            self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
+            self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
+
+    def _spawn(
+        self, setup: WorkerSetup, ctx: BaseContext, zygote: Zygote | None, payload: Any, parent: int
+    ) -> None:
         jobs = []
         child_ends = []
         for worker_id in range(self._num_workers):
@@ -135,10 +154,6 @@ class ProcessPool:
         finally:
             for end in child_ends:
                 end.close()
-        self._handles = [WorkerHandle(process) for process in self._processes]
-        for worker_id in range(self._num_workers):
-            self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
-            self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
 
     def _launch(
         self,
@@ -190,7 +205,8 @@ class ProcessPool:
 
     def send(self, worker_id: int, message: Task | StartEpoch) -> None:
         # Plain pickle: tasks carry no file descriptors, and ForkingPickler costs ~10 us.
-        frame = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        wire = task_to_wire(message) if type(message) is Task else message
+        frame = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             with self._send_locks[worker_id]:
                 self._inboxes[worker_id].send_bytes(frame)
@@ -229,7 +245,7 @@ class ProcessPool:
                     continue
                 message = self._link.decode(i, frame)
                 if message is not SKIP:
-                    results.append((i, message))
+                    results.append((i, reply_from_wire(message)))
         answered = {i for i, _ in results}
         for i in exited:
             # its last results are delivered first: a worker that answered in this call is
@@ -286,6 +302,8 @@ class ProcessPool:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy: the workers, pipes and slabs belong to the parent
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
@@ -295,5 +313,8 @@ class ProcessPool:
         for handle in self._handles:
             handle.release()
         for process in self._processes:
-            process.close()
+            # another thread's Process.start() may reap it first (multiprocessing polls
+            # every child there); close() then cannot tell that it ended: nothing to free
+            with contextlib.suppress(ValueError):
+                process.close()
         self._link.close()  # unlinks slabs no one mapped (a worker killed mid-batch)

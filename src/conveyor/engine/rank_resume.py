@@ -28,19 +28,21 @@ def distributed_sampler(index_sampler: Any) -> DistributedSampler[Any] | None:
 
 
 def apply_replica_resume(
-    sampler: DistributedSampler[Any] | None, resume: Resume
+    sampler: DistributedSampler[Any] | None, resume: Resume, per_request: int
 ) -> tuple[int, bool]:
     """Before ``iter(sampler)``: returns (consumed_before, whether to skip delivered batches).
 
-    Same world size: the iteration is replayed and the delivered batches skipped. Another
-    world size: the sampler deals out only what no rank had consumed, nothing to skip.
+    Same world size and batch size: the iteration is replayed and the delivered batches
+    skipped. Another world size or batch size (``per_request``: samples per request now):
+    the sampler deals out only what no rank had consumed, nothing to skip.
     """
     saved: ReplicaState | None = resume.state.get("replicas")
     if sampler is None or saved is None:
         return 0, True
     sampler.set_epoch(saved["epoch"])
     before = saved["consumed_before"]
-    if saved["num_replicas"] == sampler.num_replicas:
+    same_batches = saved["per_request"] == per_request
+    if saved["num_replicas"] == sampler.num_replicas and same_batches:
         if before:
             sampler.resume_after(before)
         return before, True

@@ -36,10 +36,9 @@ class RemoteError:
         self.text = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
 
     def message(self) -> str:
-        return (
-            f"Caught {self.exc_type.__name__} {self.where}.\n"
-            f"Original Traceback (most recent call last):\n{self.text}"
-        )
+        # torch's wording: "Original " + the formatted traceback, whose first line is
+        # already "Traceback (most recent call last):" (once, not twice)
+        return f"Caught {self.exc_type.__name__} {self.where}.\nOriginal {self.text}"
 
     def reraise(self) -> NoReturn:
         msg = self.message()

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.collate import set_output_allocator
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
 from conveyor.engine.plan import LoadPlan
+from conveyor.formats.errors import SampleError
+from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.state.protocol import has_state
+from conveyor.transport.recycled import RecycledBuffers
 
 
 class SingleProcessIterator(LoaderIterator):
@@ -23,6 +27,7 @@ class SingleProcessIterator(LoaderIterator):
             dataset = hooks.prepare_graph(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
+        self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
         if hooks.stage_timers is not None:
@@ -43,8 +48,8 @@ class SingleProcessIterator(LoaderIterator):
             except StopIteration:
                 break
 
-    def state_dict(self) -> LoaderStateDict:
-        state = super().state_dict()
+    def _epoch_state(self) -> LoaderStateDict:
+        state = super()._epoch_state()
         fetcher = self._fetcher
         started = isinstance(fetcher, IterableFetcher) and fetcher.started
         if started and has_state(self._dataset):
@@ -54,13 +59,22 @@ class SingleProcessIterator(LoaderIterator):
     def _next_data(self) -> Any:
         while True:
             _, request = self._next_request()  # may raise StopIteration: the epoch is over
+            previous = set_output_allocator(self._buffers.allocate)
             try:
-                data = self._fetcher.fetch(request)  # StopIteration: the stream is over
+                # pipelines leave the warning to this loader's ledger
+                with skip_sink().forwarded():
+                    data = self._fetcher.fetch(request)  # StopIteration: the stream is over
+            except (StopIteration, SampleError):
+                self._record_skips(self._fetcher.take_skips())
+                raise
             except BatchSkipped:
                 self._record_skips(self._fetcher.take_skips())
                 continue
+            finally:
+                set_output_allocator(previous)
             self._record_skips(self._fetcher.take_skips())
             break
+        self._batch_samples = self._fetcher.last_count
         if self._pin is not None:
             data = self._pin(data)
         return data

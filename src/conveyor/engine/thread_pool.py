@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
@@ -22,6 +23,7 @@ class ThreadPool:
         self._results: queue.SimpleQueue[tuple[int, Reply]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._owner_pid = os.getpid()
         for worker_id in range(num_workers):
             inbox: queue.SimpleQueue[Task | StartEpoch | None] = queue.SimpleQueue()
             thread = threading.Thread(
@@ -71,6 +73,8 @@ class ThreadPool:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy: the threads ran in the parent
         for inbox in self._inboxes:
             inbox.put(None)
         for thread in self._threads:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from conveyor.torch_compat import publish_worker_info
+from conveyor.torch_compat import publish_worker_info, route_thread_worker_info
 
 __all__ = ["WorkerInfo", "WorkerRandom", "get_worker_info"]
 
@@ -75,7 +75,13 @@ def install_process_worker_info(info: WorkerInfo) -> None:
 
 def install_thread_worker_info(info: WorkerInfo) -> None:
     """Called once at the start of a worker thread, before any user code runs."""
+    route_thread_worker_info(_thread_worker_info)
     _thread_info.info = info
+
+
+def _thread_worker_info() -> WorkerInfo | None:
+    info: WorkerInfo | None = getattr(_thread_info, "info", None)
+    return info
 
 
 def clear_worker_info() -> None:

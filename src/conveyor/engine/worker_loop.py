@@ -19,6 +19,7 @@ from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.formats.skips import skip_sink
 from conveyor.state.protocol import has_state
 
 __all__ = ["run_worker"]
@@ -107,20 +108,25 @@ def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where:
     """Fetch one task. ``stateful`` is the dataset whose state follows each batch, or None."""
     started = time.perf_counter()
     try:
-        data = fetcher.fetch(task.request)
+        with skip_sink().forwarded():  # the main process warns once for the whole loader
+            data = fetcher.fetch(task.request)
         state = pickle.dumps(stateful.state_dict()) if stateful is not None else None
         stages = timers.snapshot()
-        info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), stages)
+        busy = time.perf_counter() - started
+        info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
         return Reply(task.task_id, msg.OK, data, info)
     except BatchSkipped:
         info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
         return Reply(task.task_id, msg.SKIPPED, None, info)
     except StopIteration:
+        # what the stream skipped before it ended still reaches the main process's ledger
+        info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
         if isinstance(fetcher, IterableFetcher):
-            return Reply(task.task_id, msg.END)
-        return Reply(task.task_id, msg.ERROR, RemoteError(where))
+            return Reply(task.task_id, msg.END, None, info)
+        return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
     except Exception:
-        return Reply(task.task_id, msg.ERROR, RemoteError(where))
+        info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
+        return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
 
 
 def _resume_stream(setup: WorkerSetup, worker_id: int, dataset: Any, fetcher: Fetcher) -> bool:

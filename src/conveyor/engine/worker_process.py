@@ -6,12 +6,15 @@ import contextlib
 import ctypes
 import os
 import pickle
+import select
 import signal
 import sys
+from collections.abc import Callable
 from multiprocessing import connection
-from typing import Any
+from typing import Any, NoReturn
 
 from conveyor.collate import set_output_allocator
+from conveyor.engine.messages import Reply, reply_to_wire, task_from_wire
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_loop import run_worker
 from conveyor.transport.options import SlabConfig
@@ -36,7 +39,7 @@ def exit_with_parent(parent_pid: int) -> None:
 
     def on_parent_death(signum: int, frame: object) -> None:
         if os.getppid() != parent_pid:
-            os._exit(0)
+            _clean_up_and_exit()
 
     signal.signal(PARENT_DEATH_SIGNAL, on_parent_death)
     if sys.platform.startswith("linux"):
@@ -44,7 +47,20 @@ def exit_with_parent(parent_pid: int) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, int(PARENT_DEATH_SIGNAL))
     if os.getppid() != parent_pid:  # died before prctl took effect
-        os._exit(0)
+        _clean_up_and_exit()
+
+
+_on_parent_death: list[Callable[[], None]] = []
+"""What an orphaned worker does before it exits: unlink its shared-memory slabs, which
+nobody else would (the main process is gone), so /dev/shm does not keep them until some
+later loader reclaims them."""
+
+
+def _clean_up_and_exit() -> NoReturn:
+    for clean_up in _on_parent_death:
+        with contextlib.suppress(Exception):
+            clean_up()
+    os._exit(0)
 
 
 def process_worker_main(
@@ -77,25 +93,39 @@ def process_worker_main(
         setup = pickle.loads(setup)
         assert isinstance(setup, WorkerSetup)
 
+    # One poll set for the worker's life: `Connection.poll` builds a selector per call.
+    waiter = select.poll()
+    waiter.register(inbox.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+    check_ms = int(PARENT_CHECK_INTERVAL_S * 1000)
+
     def receive() -> Any:
         while True:
-            if inbox.poll(PARENT_CHECK_INTERVAL_S):
+            if waiter.poll(check_ms):
                 try:
-                    return inbox.recv()
+                    return task_from_wire(inbox.recv())
                 except (EOFError, OSError):
                     return None
             if os.getppid() != parent_pid:
                 return None
 
     if slabs is None:
+
+        def send_pickled(reply: Reply) -> None:
+            outbox.send(reply_to_wire(reply))
+
         with contextlib.suppress(BrokenPipeError, EOFError, OSError):
-            run_worker(setup, worker_id, receive, outbox.send)
+            run_worker(setup, worker_id, receive, send_pickled)
         return
     end = WorkerEnd(slabs, worker_id, receive, outbox.send_bytes)
+
+    def send(reply: Reply) -> None:
+        end.send(reply_to_wire(reply))
+
+    _on_parent_death.append(end.close)
     previous = set_output_allocator(end.allocate)  # collate stacks straight into slabs
     try:
         with contextlib.suppress(BrokenPipeError, EOFError, OSError, WorkerStop):
-            run_worker(setup, worker_id, end.receive, end.send)
+            run_worker(setup, worker_id, end.receive, send)
     finally:
         set_output_allocator(previous)
         end.close()

@@ -6,29 +6,36 @@ per-process `SkipSink` for the loader to drain (`drain_skips`).
 Plain functions and classes with no DataPipe in them; the pipeline nodes built on them
 live in ``conveyor.datapipes.iter`` (``load_from_tar``, ``webdataset``, ``decode``,
 ``TarShards``).
+
+Importing this package imports none of its modules: each name below is imported on first
+use, so a loader that only needs `errors` or `skips` does not pull in tar reading and
+storage (`import conveyor` time, S4).
 """
 
-from conveyor.formats.decoders import (
-    IMAGE_EXTENSIONS,
-    IMAGE_SPECS,
-    Decoder,
-    DecoderRegistry,
-    decode_image,
-    register_decoder,
-)
-from conveyor.formats.errors import (
-    BadSampleWarning,
-    ErrorPolicy,
-    SampleError,
-    SkippedSample,
-    TooManyBadSamples,
-    as_policy,
-)
-from conveyor.formats.grouping import SampleBuilder, group_samples, split_name
-from conveyor.formats.reading import ShardSummary, iter_members, iter_samples, summarize_shard
-from conveyor.formats.skips import SkipRecord, SkipSink, drain_skips, skip_sink
-from conveyor.formats.tar import TarMember, open_archive, read_members
-from conveyor.formats.writer import ShardWriter, TarWriter, encode_value
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conveyor.formats.decoders import (
+        IMAGE_EXTENSIONS,
+        IMAGE_SPECS,
+        Decoder,
+        DecoderRegistry,
+        decode_image,
+        register_decoder,
+    )
+    from conveyor.formats.errors import (
+        BadSampleWarning,
+        ErrorPolicy,
+        SampleError,
+        SkippedSample,
+        TooManyBadSamples,
+        as_policy,
+    )
+    from conveyor.formats.grouping import SampleBuilder, group_samples, split_name
+    from conveyor.formats.reading import ShardSummary, iter_members, iter_samples, summarize_shard
+    from conveyor.formats.skips import SkipRecord, SkipSink, drain_skips, skip_sink
+    from conveyor.formats.tar import TarMember, open_archive, read_members
+    from conveyor.formats.writer import ShardWriter, TarWriter, encode_value
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -61,3 +68,51 @@ __all__ = [
     "split_name",
     "summarize_shard",
 ]
+
+_LAZY = {
+    "BadSampleWarning": "conveyor.formats.errors",
+    "Decoder": "conveyor.formats.decoders",
+    "DecoderRegistry": "conveyor.formats.decoders",
+    "ErrorPolicy": "conveyor.formats.errors",
+    "IMAGE_EXTENSIONS": "conveyor.formats.decoders",
+    "IMAGE_SPECS": "conveyor.formats.decoders",
+    "SampleBuilder": "conveyor.formats.grouping",
+    "SampleError": "conveyor.formats.errors",
+    "ShardSummary": "conveyor.formats.reading",
+    "ShardWriter": "conveyor.formats.writer",
+    "SkipRecord": "conveyor.formats.skips",
+    "SkipSink": "conveyor.formats.skips",
+    "SkippedSample": "conveyor.formats.errors",
+    "TarMember": "conveyor.formats.tar",
+    "TarWriter": "conveyor.formats.writer",
+    "TooManyBadSamples": "conveyor.formats.errors",
+    "as_policy": "conveyor.formats.errors",
+    "decode_image": "conveyor.formats.decoders",
+    "drain_skips": "conveyor.formats.skips",
+    "encode_value": "conveyor.formats.writer",
+    "group_samples": "conveyor.formats.grouping",
+    "iter_members": "conveyor.formats.reading",
+    "iter_samples": "conveyor.formats.reading",
+    "open_archive": "conveyor.formats.tar",
+    "read_members": "conveyor.formats.tar",
+    "register_decoder": "conveyor.formats.decoders",
+    "skip_sink": "conveyor.formats.skips",
+    "split_name": "conveyor.formats.grouping",
+    "summarize_shard": "conveyor.formats.reading",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of `__all__`, imported from their modules when first asked for."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'conveyor.formats' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -15,7 +15,9 @@ their own pipelines stop warning on the worker's stderr.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["Loss", "ShardHistory", "SkipRecord", "SkipSink", "drain_skips", "skip_sink"]
@@ -68,6 +70,7 @@ class SkipSink:
     def __init__(self, max_records: int = MAX_PENDING_RECORDS) -> None:
         self.max_records = max_records
         self.forwarding = False
+        self._fetches: list[None] = []
         self._records: list[SkipRecord] = []
         self._pid = os.getpid()
 
@@ -75,6 +78,7 @@ class SkipSink:
         if self._pid != os.getpid():  # inherited by fork: the parent reports its own records
             self._pid = os.getpid()
             self._records = []
+            self._fetches = []
             self.forwarding = False
 
     def forward_to_main(self, forwarding: bool = True) -> None:
@@ -82,10 +86,22 @@ class SkipSink:
         self._own()
         self.forwarding = forwarding
 
+    @contextlib.contextmanager
+    def forwarded(self) -> Iterator[None]:
+        """Forward to the main process for the duration (one batch's fetch), then restore."""
+        self._own()
+        # one entry per fetch under way: thread workers overlap, and list append/pop are
+        # atomic where a saved-and-restored flag could be left on by interleaved threads
+        self._fetches.append(None)
+        try:
+            yield
+        finally:
+            self._fetches.pop()
+
     def is_forwarding(self) -> bool:
         """True when an engine drains this sink in this process."""
         self._own()
-        return self.forwarding
+        return self.forwarding or bool(self._fetches)
 
     def add(self, record: SkipRecord) -> None:
         """Keep ``record`` until the next `drain`."""
@@ -102,10 +118,19 @@ class SkipSink:
         self._records.append(record)
 
     def drain(self) -> list[SkipRecord]:
-        """The records added since the last drain (in this process), oldest first."""
+        """The records added since the last drain (in this process), oldest first.
+
+        One ``pop`` at a time: with thread workers several threads add and drain, and a
+        record appended while another thread drains is never lost (each pop is atomic)."""
         self._own()
-        records, self._records = self._records, []
-        return records
+        records = self._records
+        taken: list[SkipRecord] = []
+        while records:
+            try:
+                taken.append(records.pop(0))
+            except IndexError:  # drained by another thread in between
+                break
+        return taken
 
 
 _SINK = SkipSink()

@@ -44,6 +44,9 @@ class LoaderStateDict(TypedDict, total=False):
     dataset: Any  # single process, streams: the dataset's state
     workers: WorkerStreams | None
     replicas: Any  # DistributedSampler: world size and global progress (engine/rank_resume.py)
+    samples: int | None  # samples of the epoch's order delivered (None: batch sizes vary)
+    rebatched: bool  # the epoch's batches were cut from a sample count (batch_size changed)
+    fingerprint: Any  # what the checkpoint depends on (state/fingerprint.py)
 
 
 @dataclass
@@ -92,7 +95,12 @@ def capture_sampler_start(start: EpochStart, sampler: object) -> None:
 def restore_epoch_start(
     state: LoaderStateDict, generator: torch.Generator | None, sampler: object
 ) -> None:
-    """Put the RNGs (and a stateful sampler) back where the checkpointed epoch began."""
+    """Put the RNGs (and a stateful sampler) back where the checkpointed epoch began.
+
+    The epoch's order comes from the loader's generator if it has one, else from torch's
+    global RNG: a checkpoint of one kind cannot replay the order on a loader of the other.
+    """
+    check_generator(state, generator)
     saved_generator = state.get("generator")
     if generator is not None and saved_generator is not None:
         generator.set_state(saved_generator)
@@ -102,6 +110,22 @@ def restore_epoch_start(
     saved_sampler = state.get("sampler")
     if saved_sampler is not None and has_state(sampler):
         sampler.load_state_dict(saved_sampler)  # type: ignore[attr-defined]
+
+
+def check_generator(state: LoaderStateDict, generator: torch.Generator | None) -> None:
+    """ValueError when an in-epoch checkpoint's order came from another RNG than this
+    loader's (its own generator against torch's global one)."""
+    if not state.get("in_epoch"):
+        return
+    saved_generator = state.get("generator")
+    if (saved_generator is not None) != (generator is not None):
+        had = "a generator" if saved_generator is not None else "no generator"
+        has = "one" if generator is not None else "none"
+        raise ValueError(
+            f"this checkpoint cannot be resumed here: it was taken by a DataLoader with {had} "
+            f"(generator=...) and this one has {has}, so the epoch's order (shuffle, seeds) "
+            "would not be the same; create the loader with generator= as when it was saved"
+        )
 
 
 def check_version(state: LoaderStateDict) -> None:

@@ -13,6 +13,7 @@ from conveyor.storage.filesystems import (
     is_local,
     list_files,
     open_url,
+    prepare_url,
     release_connections,
     scheme_of,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "is_local",
     "list_files",
     "open_url",
+    "prepare_url",
     "release_connections",
     "resolve_urls",
     "scheme_of",

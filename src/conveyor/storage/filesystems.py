@@ -27,6 +27,8 @@ from conveyor.storage.retry import Failure, RetryRun
 
 if TYPE_CHECKING:
     from conveyor.storage.cache import ShardCache
+    from conveyor.storage.range_fetch import AsyncRangeSource
+    from conveyor.storage.readahead import ReadAhead
 
 T = TypeVar("T")
 
@@ -39,6 +41,7 @@ __all__ = [
     "is_local",
     "list_files",
     "open_url",
+    "prepare_url",
     "release_connections",
     "scheme_of",
 ]
@@ -138,6 +141,26 @@ class RemoteFileSystem:
         self.fs = fs
         self.scheme = scheme
         self.options = options or RemoteOptions()
+        self._read_ahead: ReadAhead | None = None
+
+    def _reader_ahead(self) -> ReadAhead | None:
+        """This file system's `ReadAhead` (made on first use), or None when off or unusable."""
+        if self._read_ahead is None:
+            if self.options.read_ahead < 1 or self.scheme not in _HTTP_SCHEMES | _S3_SCHEMES:
+                return None
+            from conveyor.storage.readahead import ReadAhead, supports
+
+            if not supports(self.fs):
+                return None
+            self._read_ahead = ReadAhead(
+                self.fs, self._async_source, self.options, depth=self.options.read_ahead
+            )
+        return self._read_ahead
+
+    def _async_source(self, url: str) -> AsyncRangeSource:
+        source = self._source(url)
+        assert source is not None
+        return cast("AsyncRangeSource", source)
 
     def _url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
@@ -190,16 +213,31 @@ class RemoteFileSystem:
         )
 
     def open(self, url: str, block_size: int) -> IO[bytes]:
+        ahead = self._reader_ahead()
+        if ahead is not None:
+            return cast(IO[bytes], ahead.open(url, block_size))
         source = self._source(url)
         if source is not None:
             return cast(IO[bytes], RangedReader(source, self.options, block_size))
         stream: IO[bytes] = self.fs.open(url, "rb", block_size=block_size, cache_type="readahead")
         return stream
 
+    def hint(self, url: str) -> None:
+        """``url`` is about to be opened: start reading it (when read-ahead is on)."""
+        ahead = self._reader_ahead()
+        if ahead is not None:
+            ahead.hint(url)
+
+    def release(self) -> None:
+        """Cancel the reads started for hints nobody took."""
+        if self._read_ahead is not None:
+            self._read_ahead.close()
+
     def size(self, url: str) -> int:
-        if self._source(url) is None:
+        source = self._source(url)
+        if source is None:
             return int(self.fs.size(url))
-        with self.open(url, 1) as reader:  # one ranged GET of one byte gives the size
+        with RangedReader(source, self.options, 1) as reader:  # one byte's GET gives the size
             reader.read(1)
             size = getattr(reader, "size", None)
         if size is None:
@@ -288,6 +326,20 @@ def open_url(
     return cache.open(url, lambda: fs.open(url, block_size))
 
 
+def prepare_url(
+    url: str,
+    storage_options: Mapping[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
+) -> None:
+    """``url`` will be opened next by this process: start fetching its first bytes now
+    (remote objects with read-ahead on; otherwise nothing)."""
+    if scheme_of(url) not in _HTTP_SCHEMES | _S3_SCHEMES:
+        return  # read-ahead covers these; others open as their driver decides
+    fs = get_filesystem(url, storage_options, remote)
+    if isinstance(fs, RemoteFileSystem):
+        fs.hint(url)
+
+
 def _masks(masks: str | Iterable[str]) -> list[str]:
     listed = [masks] if isinstance(masks, str) else list(masks)
     return [mask for mask in listed if mask]
@@ -333,9 +385,11 @@ def release_connections() -> None:
     Later calls reconnect. Useful before forking by hand and in tests that count sockets.
     """
     for key in list(_remote):
-        fs = _remote.pop(key).fs
+        remote = _remote.pop(key)
+        fs = remote.fs
         if key[0] != os.getpid():
             continue  # inherited through fork: its loop and sockets belong to the parent
+        remote.release()
         closer = getattr(type(fs), "close_session", None)
         for attribute in ("_session", "_s3creator"):
             session = getattr(fs, attribute, None)

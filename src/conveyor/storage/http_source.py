@@ -106,10 +106,10 @@ class HttpSource:
         return sync(self.fs.loop, function, *args)
 
     def request(self, start: int, end: int, etag: str | None) -> Answer:
-        answer: Answer = self._sync(self._request, start, end, etag)
+        answer: Answer = self._sync(self.arequest, start, end, etag)
         return answer
 
-    async def _request(self, start: int, end: int, etag: str | None) -> Answer:
+    async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         session = await self.fs.set_session()
         kwargs = dict(self.fs.kwargs)
         headers = dict(kwargs.pop("headers", None) or {})
@@ -137,11 +137,11 @@ class HttpSource:
     def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
         if answer.handle is None:
             return b"", None
-        result: tuple[bytes, BaseException | None] = self._sync(self._read, answer, at_least)
+        result: tuple[bytes, BaseException | None] = self._sync(self.aread, answer, at_least)
         return result
 
     @staticmethod
-    async def _read(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+    async def aread(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
         parts: list[bytes] = []
         got = 0
         try:
@@ -157,10 +157,10 @@ class HttpSource:
 
     def release(self, answer: Answer) -> None:
         if answer.handle is not None:
-            self._sync(self._release, answer.handle)
+            self._sync(self.arelease, answer.handle)
 
     @staticmethod
-    async def _release(response: Any) -> None:
+    async def arelease(response: Any) -> None:
         response.close()  # drops the connection unless the body was read to its end
 
     def classify(self, error: BaseException) -> Failure:

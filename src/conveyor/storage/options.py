@@ -20,6 +20,9 @@ ENV_PREFIX = "CONVEYOR_REMOTE_"
 ``CONVEYOR_REMOTE_READ_TIMEOUT_S=60``)."""
 
 
+_WHOLE_NUMBERS = frozenset({"retries", "read_ahead"})
+
+
 @dataclass(frozen=True)
 class RemoteOptions:
     """Timeouts and retries of remote (``http(s)://``, ``s3://``) reads.
@@ -51,12 +54,21 @@ class RemoteOptions:
     """No retry starts later than this after the first failure of a run of failures, so a
     hanging server is reported after about ``retry_budget_s + read_timeout_s``."""
 
+    read_ahead: int = 4
+    """Blocks (of the reader's block size, 8 MiB for shards) requested ahead of the reading
+    position of an ``http(s)://`` or ``s3://`` object, concurrently, plus the next shard's
+    first blocks while the current one is read; 0 turns read-ahead off (one request at a
+    time, as the reader needs bytes). Memory: about ``(read_ahead + 1) * block`` per open
+    object, twice that with the next shard hinted."""
+
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.name == "retries":
+            if field.name in _WHOLE_NUMBERS:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise ValueError(f"RemoteOptions: retries must be an int >= 0, got {value!r}")
+                    raise ValueError(
+                        f"RemoteOptions: {field.name} must be an int >= 0, got {value!r}"
+                    )
                 continue
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(
@@ -76,11 +88,12 @@ class RemoteOptions:
             if text is None or not text.strip():
                 continue
             try:
-                values[field.name] = int(text) if field.name == "retries" else float(text)
+                whole = field.name in _WHOLE_NUMBERS
+                values[field.name] = int(text) if whole else float(text)
             except ValueError:
                 raise ValueError(
                     f"{ENV_PREFIX + field.name.upper()}={text!r} is not a "
-                    f"{'whole ' if field.name == 'retries' else ''}number"
+                    f"{'whole ' if field.name in _WHOLE_NUMBERS else ''}number"
                 ) from None
         return cls(**values)  # type: ignore[arg-type]
 

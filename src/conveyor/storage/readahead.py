@@ -12,7 +12,8 @@ pooled and reused by the file system's client, one per concurrent request, kept 
 across shards). The first blocks ramp up from ``first_block`` (1, 2, 4 MiB) to
 ``block_size`` (8 MiB) so that a first batch does not wait for a whole block. Memory is
 bounded by ``depth * block_size`` per stream (blocks behind the position are dropped). The
-object's size is asked for at the same time as the first block, never before it.
+object's size comes with the first block's answer (no request of its own), and only then
+are the next blocks asked for.
 
 `ReadAhead.hint(url)` starts the next shard (its size and first block) while the current
 one is still being read; `ReadAhead.open(url)` takes that stream if it was hinted. At most
@@ -22,26 +23,25 @@ that is at most ``(1 + hints) * depth * block_size`` bytes (64 MiB by default).
 This module starts no thread: requests are coroutines of the fsspec file system's own
 event loop (``fs.loop``), awaited through ``concurrent.futures`` futures.
 
-Not wired yet (measured in benchmarks/s7_object_store.py as ``conveyor-ra``, built from
-public pieces). To merge, after storage's `RangedReader` (retries from the byte reached):
-- back ``fetch(start, end)`` with the `RangeSource` (``request`` + ``read`` to the end of
-  the range, on the loop) under a `RetryRun`, instead of s3fs's ``_cat_file`` used here,
-  which does not retry (conveyor turns botocore's retries off);
-- ``RemoteFileSystem.open``: return such a stream when read-ahead is on (a
-  ``RemoteOptions`` field: depth, 0 = off) and the file system is asynchronous;
-- ``ShardLister``'s cursor: when it hands out shard ``k``, call
-  ``read_ahead(fs).hint(url of this consumer's shard k + 1)``.
+Wiring: `RemoteFileSystem.open` returns a `ReadAheadStream` for ``http(s)://`` and
+``s3://`` objects unless ``RemoteOptions(read_ahead=0)``; each block is a `fetch_range`
+(retried from the byte reached, ``If-Match`` on the first answer's ETag). `ShardLister`
+hints a consumer's next shard when it hands out the current one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from typing import Any
+
+from conveyor.storage.options import RemoteOptions
+from conveyor.storage.range_fetch import AsyncRangeSource, ObjectFacts, fetch_range
+from conveyor.storage.retry import RemoteReadError, RetryRun
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -50,7 +50,7 @@ __all__ = [
     "DEFAULT_READAHEAD_BLOCK",
     "ReadAhead",
     "ReadAheadStream",
-    "read_ahead",
+    "SizeSlot",
     "supports",
 ]
 
@@ -115,16 +115,23 @@ class ReadAheadStream(io.RawIOBase):
     # -- sizes and scheduling
 
     @property
-    def size(self) -> int:
-        """The object's size (waits for the HEAD request if it is still running)."""
+    def size(self) -> int | None:
+        """The object's size once an answer said it, else None (as `RangedReader.size`)."""
+        return self._known_size()
+
+    def _wait_size(self) -> int:
+        """The object's size, waiting for the first block's answer if need be."""
         if self._size is None:
             assert self._size_future is not None
             self._size = int(self._wait(self._size_future, "size"))
         return self._size
 
     def _known_size(self) -> int | None:
-        if self._size is None and self._size_future is not None and self._size_future.done():
-            return self.size
+        future = self._size_future
+        if self._size is None and future is not None and future.done():
+            if future.cancelled() or future.exception() is not None:
+                return None  # no size (the error, if any, comes with the block that failed)
+            return self._wait_size()
         return self._size
 
     def _schedule(self, first: int) -> None:
@@ -173,6 +180,8 @@ class ReadAheadStream(io.RawIOBase):
             raise OSError(
                 f"read-ahead of {self.url!r} ({what}): no answer in {self.timeout} s"
             ) from None
+        except (FileNotFoundError, RemoteReadError):
+            raise  # final, and already naming the object and the byte offset
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             raise OSError(f"read-ahead of {self.url!r} ({what}): {reason}") from error
@@ -188,7 +197,7 @@ class ReadAheadStream(io.RawIOBase):
         try:
             data: bytes = self._wait(future, f"bytes {start}-{end - 1}")
         except OSError:
-            if start >= self.size:  # asked past the end before the size was known
+            if start >= self._wait_size():  # asked past the end before the size was known
                 return b""
             raise
         self._blocks.pop(index, None)
@@ -215,7 +224,7 @@ class ReadAheadStream(io.RawIOBase):
         if whence == io.SEEK_CUR:
             offset += self._position
         elif whence == io.SEEK_END:
-            offset += self.size
+            offset += self._wait_size()
         if offset < 0:
             raise ValueError(f"negative seek position {offset}")
         self._position = offset
@@ -260,11 +269,18 @@ class ReadAheadStream(io.RawIOBase):
 
 
 class ReadAhead:
-    """Opens objects of one async fsspec file system as `ReadAheadStream`; hints the next."""
+    """Opens one file system's objects as `ReadAheadStream`s; `hint` starts the next early.
+
+    ``source_for(url)`` gives the object's `AsyncRangeSource` (HTTP, S3); every block is a
+    `fetch_range` coroutine on ``fs.loop``, retried per ``options`` from the byte reached,
+    and the object's size comes with the first block (no request of its own).
+    """
 
     def __init__(
         self,
         fs: Any,
+        source_for: Callable[[str], AsyncRangeSource],
+        options: RemoteOptions,
         block_size: int = DEFAULT_READAHEAD_BLOCK,
         depth: int = DEFAULT_DEPTH,
         hints: int = DEFAULT_HINTS,
@@ -274,6 +290,8 @@ class ReadAhead:
         if not supports(fs):
             raise ValueError(f"ReadAhead needs an asynchronous fsspec file system, not {fs!r}")
         self.fs = fs
+        self.source_for = source_for
+        self.options = options
         self.block_size = block_size
         self.depth = depth
         self.hints = hints
@@ -281,6 +299,11 @@ class ReadAhead:
         self.first_block = first_block
         self._hinted: OrderedDict[str, ReadAheadStream] = OrderedDict()
         self._connecting: asyncio.Future[Any] | None = None
+        # Hinted reads wait until the first object opened here has its first block: at
+        # start-up the next shard must not compete with the first batch for the link and
+        # the CPU (a hint comes before the first open: the lister hands out shard 0 and
+        # names shard 1 in one step).
+        self._first_block_in: Future[None] = Future()
 
     def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
@@ -295,39 +318,65 @@ class ReadAhead:
             self._connecting = asyncio.ensure_future(connect())
         await asyncio.shield(self._connecting)
 
-    async def _get(self, path: str, start: int, end: int) -> bytes:
-        await self._ready()
-        data: bytes = await self.fs._cat_file(path, start=start, end=end)
+    async def _get(
+        self,
+        source: AsyncRangeSource,
+        span: tuple[int, int],
+        run: RetryRun,
+        size: SizeSlot,
+        hinted: bool,
+    ) -> bytes:
+        try:
+            if hinted and not self._first_block_in.done():
+                await asyncio.wrap_future(self._first_block_in)
+            await self._ready()
+            data = await fetch_range(source, span[0], span[1], size.facts, run)
+        except BaseException as error:
+            size.fail(error)
+            raise
+        size.learned()
         return data
 
-    async def _size(self, path: str) -> int:
-        await self._ready()
-        return int(await self.fs._size(path))
-
-    def _start(self, url: str) -> ReadAheadStream:
-        path = self.fs._strip_protocol(url)
+    def _start(
+        self, url: str, block_size: int | None = None, hinted: bool = False
+    ) -> ReadAheadStream:
+        block_size = block_size or self.block_size
+        source = self.source_for(url)
+        run = RetryRun(self.options, url)
+        size = SizeSlot()
+        if not hinted and not self._first_block_in.done():
+            size.future.add_done_callback(self._open_gate)
 
         def fetch(start: int, end: int) -> Future[bytes]:
-            return self._submit(self._get(path, start, end))
+            return self._submit(self._get(source, (start, end), run, size, hinted))
 
-        size: Future[int] = self._submit(self._size(path))
+        first_block = (
+            self.first_block if self.first_block and self.first_block < block_size else None
+        )
         return ReadAheadStream(
-            url, fetch, size, self.block_size, self.depth, self.timeout, self.first_block
+            url, fetch, size.future, block_size, self.depth, self.timeout, first_block
         )
 
     def hint(self, url: str) -> None:
         """Start reading ``url`` now: it is the next one `open` will be asked for."""
         if self.hints < 1 or url in self._hinted:
             return
-        self._hinted[url] = self._start(url)
+        self._hinted[url] = self._start(url, hinted=True)
         while len(self._hinted) > self.hints:
             _, dropped = self._hinted.popitem(last=False)
             dropped.close()
 
-    def open(self, url: str) -> ReadAheadStream:
+    def open(self, url: str, block_size: int | None = None) -> ReadAheadStream:
         """A read-ahead stream of ``url`` (the hinted one if there is; the caller closes it)."""
         hinted = self._hinted.pop(url, None)
-        return hinted if hinted is not None else self._start(url)
+        if hinted is None:
+            return self._start(url, block_size)
+        self._open_gate()  # a hinted object is wanted now: nothing to wait for any more
+        return hinted
+
+    def _open_gate(self, _: object = None) -> None:
+        with contextlib.suppress(InvalidStateError):  # opened already (by another thread)
+            self._first_block_in.set_result(None)
 
     def close(self) -> None:
         """Cancel the hinted streams nobody opened."""
@@ -335,13 +384,21 @@ class ReadAhead:
             self._hinted.popitem()[1].close()
 
 
-_instances: dict[tuple[int, int], ReadAhead] = {}
+class SizeSlot:
+    """The object's size as a future, answered by its first completed block."""
 
+    def __init__(self) -> None:
+        self.facts = ObjectFacts()
+        self.future: Future[int] = Future()
 
-def read_ahead(fs: Any, **settings: Any) -> ReadAhead:
-    """This process's `ReadAhead` for ``fs`` (created on first use with ``settings``)."""
-    key = (os.getpid(), id(fs))
-    found = _instances.get(key)
-    if found is None or found.fs is not fs:
-        found = _instances[key] = ReadAhead(fs, **settings)
-    return found
+    def learned(self) -> None:
+        if self.future.done():
+            return
+        if self.facts.size is None:
+            self.future.set_exception(OSError("the server does not say the object's size"))
+        else:
+            self.future.set_result(self.facts.size)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done() and isinstance(error, Exception):
+            self.future.set_exception(error)

@@ -123,6 +123,11 @@ class RetryRun:
     def failed(self, failure: Failure, offset: int | None) -> None:
         """Wait before the next attempt, or raise the final error for ``failure``
         (``offset``: the byte the failed request started at, None for a listing)."""
+        self._sleep(self.delay_after(failure, offset))
+
+    def delay_after(self, failure: Failure, offset: int | None) -> float:
+        """How long to wait before the next attempt (for callers that wait themselves, on
+        an event loop), or the final error for ``failure``, raised."""
         global _failed_requests
         _failed_requests += 1
         now = self._clock()
@@ -151,4 +156,4 @@ class RetryRun:
                 offset,
                 self.failures,
             )
-        self._sleep(delay)
+        return delay

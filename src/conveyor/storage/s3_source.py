@@ -86,10 +86,10 @@ class S3Source:
         return sync(self.fs.loop, function, *args)
 
     def request(self, start: int, end: int, etag: str | None) -> Answer:
-        answer: Answer = self._sync(self._request, start, end, etag)
+        answer: Answer = self._sync(self.arequest, start, end, etag)
         return answer
 
-    async def _request(self, start: int, end: int, etag: str | None) -> Answer:
+    async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
         await self.fs.set_session()
@@ -121,11 +121,11 @@ class S3Source:
     def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
         if answer.handle is None:
             return b"", None
-        result: tuple[bytes, BaseException | None] = self._sync(self._read, answer, at_least)
+        result: tuple[bytes, BaseException | None] = self._sync(self.aread, answer, at_least)
         return result
 
     @staticmethod
-    async def _read(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+    async def aread(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
         parts: list[bytes] = []
         got = 0
         try:
@@ -141,10 +141,10 @@ class S3Source:
 
     def release(self, answer: Answer) -> None:
         if answer.handle is not None:
-            self._sync(self._release, answer.handle)
+            self._sync(self.arelease, answer.handle)
 
     @staticmethod
-    async def _release(body: Any) -> None:
+    async def arelease(body: Any) -> None:
         raw = getattr(body, "raw_stream", None)
         if raw is not None and hasattr(raw, "release"):
             raw.release()  # keeps the connection when the body was read to its end

@@ -9,6 +9,7 @@ from conveyor.engine.in_flight import InFlight, RoundRobin
 from conveyor.engine.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
 from conveyor.engine.skips import EXAMPLES_KEPT, SkipLog
 from conveyor.formats.errors import BadSampleWarning
+from conveyor.formats.skips import SkipRecord
 from conveyor.state.loader_state import DeliveryLog
 
 
@@ -100,20 +101,32 @@ def test_delivery_log_keeps_a_watermark_and_what_came_ahead() -> None:
     assert log.counts == [1, 1] and log.states == [b"s0", None]
 
 
+def _bad(index: int, reason: str) -> SkipRecord:
+    return SkipRecord("", reason, 1, (f"index {index!r}",))
+
+
 def test_skip_log_counts_keeps_examples_and_reports_once() -> None:
     log = SkipLog(max_skipped=None)
     log.record(())
-    log.record(tuple((i, f"ValueError: bad {i}") for i in range(EXAMPLES_KEPT + 2)))
+    log.record(tuple(_bad(i, f"ValueError: bad {i}") for i in range(EXAMPLES_KEPT + 2)))
     assert log.count == EXAMPLES_KEPT + 2 and len(log.examples) == EXAMPLES_KEPT
-    with pytest.warns(BadSampleWarning, match=f"skipped {EXAMPLES_KEPT + 2} bad samples"):
+    with pytest.warns(BadSampleWarning, match=rf"skipped {EXAMPLES_KEPT + 2} samples.*index 0"):
+        log.report()
+
+
+def test_skip_log_counts_samples_lost_not_records() -> None:
+    log = SkipLog(max_skipped=None)
+    lost = log.record((SkipRecord("s3://b/shard-3.tar", "cut short", 7, ("k1", "k2"), True),))
+    assert lost == 7 and log.count == 7
+    with pytest.warns(BadSampleWarning, match=r"skipped ~7 samples.*shard-3\.tar.*'k1'"):
         log.report()
 
 
 def test_skip_log_stops_past_the_limit() -> None:
     log = SkipLog(max_skipped=1)
-    log.record(((7, "KeyError: 7"),))
+    log.record((_bad(7, "KeyError: 7"),))
     with pytest.raises(RuntimeError, match=r"more than max_skipped=1.*index 7"):
-        log.record(((8, "KeyError: 8"),))
+        log.record((_bad(8, "KeyError: 8"),))
 
 
 def test_in_flight_load_counts_a_workers_tasks_until_delivered_or_forgotten() -> None:

@@ -48,7 +48,9 @@ def test_map_fetcher_collates_a_batch_and_raises_bad_samples() -> None:
 def test_skipping_fetcher_drops_bad_samples_and_says_which() -> None:
     fetcher = make_fetcher(_spec(skip_bad_samples=True), Squares())
     assert fetcher.fetch([2, 3, 4]) == [4, 16]
-    assert fetcher.take_skips() == ((3, "ValueError: three is bad"),)
+    (skip,) = fetcher.take_skips()
+    assert (skip.keys, skip.reason, skip.samples) == (("index 3",), "ValueError: three is bad", 1)
+    assert fetcher.last_count == 2
     assert fetcher.take_skips() == ()
     with pytest.raises(BatchSkipped):
         fetcher.fetch([3])
@@ -100,7 +102,7 @@ def test_rank_resume_same_world_replays_and_skips() -> None:
     assert sampler is not None and distributed_sampler([[0, 1]]) is None
     saved = replica_state(sampler, per_request=2, consumed_before=0)
     state: Any = {"version": 1, "in_epoch": True, "yielded": 3, "replicas": saved}
-    assert apply_replica_resume(sampler, Resume(state)) == (0, True)
+    assert apply_replica_resume(sampler, Resume(state), 2) == (0, True)
 
 
 def test_rank_resume_other_world_deals_out_the_rest_once() -> None:
@@ -109,7 +111,15 @@ def test_rank_resume_other_world_deals_out_the_rest_once() -> None:
     seen: list[int] = []
     for rank in range(3):
         batches = _replicas(rank, 3)
-        consumed, skip = apply_replica_resume(distributed_sampler(batches), Resume(state))
+        consumed, skip = apply_replica_resume(distributed_sampler(batches), Resume(state), 2)
         assert (consumed, skip) == (3 * 2 * 2, False)
         seen += [i for batch in batches for i in batch]
     assert sorted(seen) == list(range(12, 24))  # 3 batches x 2 samples x 2 ranks were done
+
+
+def test_rank_resume_with_another_batch_size_deals_out_the_rest_once() -> None:
+    """Same world size, batch size 2 -> 4: not a replay of batches but of samples."""
+    saved = replica_state(distributed_sampler(_replicas(0, 2)), 2, 0)
+    state: Any = {"version": 1, "in_epoch": True, "yielded": 3, "replicas": saved}
+    consumed, skip = apply_replica_resume(distributed_sampler(_replicas(0, 2)), Resume(state), 4)
+    assert (consumed, skip) == (3 * 2 * 2, False)

@@ -21,7 +21,13 @@ from conveyor.distributed import world_and_rank
 from conveyor.engine.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
-from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, ShardCache, resolve_urls
+from conveyor.storage import (
+    DEFAULT_BLOCK_BYTES,
+    RemoteOptions,
+    ShardCache,
+    prepare_url,
+    resolve_urls,
+)
 from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["ShardLister", "TarShards", "consumer_slot"]
@@ -62,6 +68,10 @@ class ShardLister(IterDataPipe[str]):
     base seed of the DataLoader worker, else ``seed`` plus the pass number, else one
     drawn from torch's generator. ``set_shuffle`` turns it on or off.
 
+    Read-ahead: handing out a shard, it starts reading this consumer's next one (remote
+    objects, unless ``RemoteOptions(read_ahead=0)`` or ``prepare_next=False``), so that a
+    shard boundary costs no round trip.
+
     State: the seed, the consumer split and the index in this consumer's list.
     """
 
@@ -73,6 +83,7 @@ class ShardLister(IterDataPipe[str]):
         seed: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         remote: RemoteOptions | None = None,
+        prepare_next: bool = True,
     ) -> None:
         self.urls: list[str] = [urls] if isinstance(urls, str) else [str(url) for url in urls]
         if not self.urls:
@@ -81,6 +92,7 @@ class ShardLister(IterDataPipe[str]):
         self.seed = seed
         self.storage_options = dict(storage_options or {})
         self.remote = remote
+        self.prepare_next = prepare_next
         self.groups: dict[int, tuple[int, int]] = {}
         self._set_seed: int | None = None
         self._passes = 0
@@ -161,6 +173,7 @@ class _ShardCursor(Cursor[str]):
                 stacklevel=4,
             )
         self._mine = urls[consumer::consumers]
+        self._node = node
         self._seed = seed
         self._slot = (consumers, consumer)
         self._total = len(urls)
@@ -170,6 +183,9 @@ class _ShardCursor(Cursor[str]):
             raise StopIteration
         url = self._mine[self._index]
         self._index += 1
+        node = self._node
+        if node.prepare_next and self._index < len(self._mine):
+            prepare_url(self._mine[self._index], node.storage_options, node.remote)
         return url
 
     def state(self) -> StateDict:
@@ -228,7 +244,12 @@ class TarShards(IterDataPipe[dict[str, Any]]):
     ) -> None:
         self.errors = as_policy(on_error)
         self.shards = ShardLister(
-            urls, shuffle=shuffle, seed=seed, storage_options=storage_options, remote=remote
+            urls,
+            shuffle=shuffle,
+            seed=seed,
+            storage_options=storage_options,
+            remote=remote,
+            prepare_next=cache is None,  # a cached shard may need no network at all
         )
         opened = FileOpener(
             self.shards,

@@ -1,0 +1,101 @@
+"""`import conveyor` stays cheap: the DataPipe operations, formats and storage load on first use.
+
+Each check runs in a fresh interpreter (the test process has imported everything already).
+The lazy names must behave exactly as eager ones: ``from conveyor import X``, identity with
+the module that defines them, typed DataPipe methods without importing the operations first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+HEAVY = (
+    "conveyor.datapipes.iter",
+    "conveyor.datapipes.map",
+    "conveyor.datapipes.profiling",
+    "conveyor.formats.reading",
+    "conveyor.formats.decoders",
+    "conveyor.storage",
+    "conveyor.mixture",
+)
+
+
+def _run(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_import_conveyor_leaves_operations_formats_and_storage_unloaded() -> None:
+    out = _run(
+        f"""
+        import sys
+        import conveyor
+        loader = conveyor.DataLoader(conveyor.TensorDataset(__import__("torch").arange(6)))
+        assert [int(b) for (b,) in loader] == list(range(6))
+        print(sorted(m for m in {HEAVY!r} if m in sys.modules))
+        """
+    )
+    assert out.strip() == "[]"
+
+
+def test_lazy_names_are_the_defining_modules_objects() -> None:
+    out = _run(
+        """
+        import conveyor
+        from conveyor import TarShards, Mixture, DFIterDataPipe
+        from conveyor.datapipes.iter.shards import TarShards as defined
+        from conveyor.datapipes import iter as iter_ops, profile_pipeline
+        from conveyor.formats import ShardWriter, iter_samples
+        import conveyor.formats.writer as writer
+        assert TarShards is defined is conveyor.TarShards
+        assert Mixture is __import__("conveyor.mixture").mixture.Mixture
+        assert DFIterDataPipe.__module__.startswith("conveyor.datapipes.dataframe")
+        assert iter_ops.Mapper.__module__ == "conveyor.datapipes.iter.callable"
+        assert ShardWriter is writer.ShardWriter and callable(iter_samples)
+        assert callable(profile_pipeline)
+        assert {"TarShards", "Mixture", "DFIterDataPipe"} <= set(dir(conveyor))
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"
+
+
+def test_typed_methods_work_before_the_operations_are_imported() -> None:
+    out = _run(
+        """
+        import sys
+        from conveyor.datapipes import IterDataPipe
+
+        class Numbers(IterDataPipe[int]):
+            def __iter__(self):
+                return iter(range(6))
+
+        assert "conveyor.datapipes.iter" not in sys.modules
+        pipe = Numbers().map(lambda x: x * 10).batch(4)
+        print(list(pipe))
+        """
+    )
+    assert out.strip() == "[[0, 10, 20, 30], [40, 50]]"
+
+
+def test_unknown_attributes_still_raise_attribute_error() -> None:
+    out = _run(
+        """
+        import conveyor, conveyor.datapipes, conveyor.formats
+        for module in (conveyor, conveyor.datapipes, conveyor.formats):
+            try:
+                getattr(module, "no_such_name")
+            except AttributeError as error:
+                print(type(error).__name__, "no_such_name" in str(error))
+        """
+    )
+    assert out.split() == ["AttributeError", "True"] * 3
