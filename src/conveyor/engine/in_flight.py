@@ -5,6 +5,7 @@ Pure bookkeeping (no pools, no processes), so it is unit-tested on its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["InFlight", "RoundRobin", "Ticket"]
@@ -30,6 +31,14 @@ class InFlight:
     def __init__(self) -> None:
         self._tickets: dict[int, Ticket] = {}
         self._awaited = 0
+        self._per_worker: dict[int, int] = {}  # tickets (awaited or held) per worker
+
+    def load(self, worker_id: int) -> int:
+        """Tasks of this worker dispatched and not yet delivered or forgotten."""
+        return self._per_worker.get(worker_id, 0)
+
+    def _forget(self, ticket: Ticket) -> None:
+        self._per_worker[ticket.worker_id] -= 1
 
     @property
     def awaited(self) -> int:
@@ -39,6 +48,7 @@ class InFlight:
     def dispatch(self, task_id: int, worker_id: int, position: int) -> None:
         self._tickets[task_id] = Ticket(worker_id, position)
         self._awaited += 1
+        self._per_worker[worker_id] = self._per_worker.get(worker_id, 0) + 1
 
     def answer(self, task_id: int) -> Ticket | None:
         """Mark ``task_id`` answered; None if it is not awaited here (a late answer)."""
@@ -51,11 +61,15 @@ class InFlight:
 
     def deliver(self, task_id: int) -> Ticket:
         """The answered task's result leaves the iterator: forget it."""
-        return self._tickets.pop(task_id)
+        ticket = self._tickets.pop(task_id)
+        self._forget(ticket)
+        return ticket
 
     def drop(self, task_id: int) -> None:
         """Forget an answered task that delivers nothing (a stream's end)."""
-        self._tickets.pop(task_id, None)
+        ticket = self._tickets.pop(task_id, None)
+        if ticket is not None:
+            self._forget(ticket)
 
     def orphan(self, worker_id: int) -> list[int]:
         """Forget the awaited tasks of a worker that will not answer them; their ids."""
@@ -65,7 +79,7 @@ class InFlight:
             if ticket.worker_id == worker_id and not ticket.answered
         ]
         for task_id in orphans:
-            del self._tickets[task_id]
+            self._forget(self._tickets.pop(task_id))
         self._awaited -= len(orphans)
         return orphans
 
@@ -93,6 +107,17 @@ class RoundRobin:
             if self.active[worker_id]:
                 if advance:
                     self.cursor = (worker_id + 1) % self.num_workers
+                return worker_id
+        return None
+
+    def next_with_room(self, has_room: Callable[[int], bool]) -> int | None:
+        """The next live worker that ``has_room`` for another task, or None: with
+        ``in_order=False`` a straggler is not fed more than its share (torch's rule). The
+        cursor moves past every worker looked at, as torch's worker cycle does."""
+        for _ in range(self.num_workers):
+            worker_id = self.cursor
+            self.cursor = (worker_id + 1) % self.num_workers
+            if self.active[worker_id] and has_room(worker_id):
                 return worker_id
         return None
 

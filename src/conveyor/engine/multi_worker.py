@@ -43,7 +43,7 @@ class MultiWorkerIterator(LoaderIterator):
         self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
     ):
         super().__init__(plan, len_hint, resume)
-        self._workers = workers = self._options.workers
+        self._worker_options = workers = self._options.workers
         streams = stream_resume_for(self._data.iterable_style, workers.num_workers, resume)
         self._setup = WorkerSetup(
             fetch=self._options.fetch_spec(),
@@ -54,14 +54,15 @@ class MultiWorkerIterator(LoaderIterator):
             streams=streams,
         )
         self._pool: WorkerPool | None = None
+        self._worker_handles: list[Any] = []
         self._owner_pid = os.getpid()
         self._next_task_id = 0
         self._start_epoch(first=True, streams=streams)
 
     # ----------------------------------------------------------------- epochs
     def _start_epoch(self, first: bool, streams: StreamResume | None = None) -> None:
-        num_workers = self._workers.num_workers
-        self._buffer = make_buffer(self._workers.in_order)
+        num_workers = self._worker_options.num_workers
+        self._buffer = make_buffer(self._worker_options.in_order)
         self._in_flight = InFlight()
         self._delivery = DeliveryLog(num_workers, self._num_yielded, self._skip)
         self._dealer = RoundRobin(num_workers)
@@ -72,7 +73,8 @@ class MultiWorkerIterator(LoaderIterator):
         self._sampler_done = False
         self._bytes_at_epoch_start = 0 if self._pool is None else self._pool.bytes_received
         if self._pool is None:
-            self._pool, self._pin = self._workers.kind.start_pool(self._setup, self._pin)
+            self._pool, self._pin = self._worker_options.kind.start_pool(self._setup, self._pin)
+            self._worker_handles = list(getattr(self._pool, "handles", []))
         elif not first:
             self._resume_workers()
         self._fill()
@@ -80,9 +82,9 @@ class MultiWorkerIterator(LoaderIterator):
     def _resume_workers(self) -> None:
         """Tell persistent workers a new epoch starts; drop whatever the last one left."""
         pool = self._require_pool()
-        for worker_id in range(self._workers.num_workers):
+        for worker_id in range(self._worker_options.num_workers):
             pool.send(worker_id, StartEpoch(self._shared_seed))
-        waiting = self._workers.num_workers
+        waiting = self._worker_options.num_workers
         while waiting:
             for _, reply in pool.receive(None):
                 if reply.status == msg.RESUMED:
@@ -101,14 +103,17 @@ class MultiWorkerIterator(LoaderIterator):
 
     # --------------------------------------------------------------- dispatch
     def _fill(self) -> None:
-        limit = self._workers.tasks_in_flight
+        limit = self._worker_options.tasks_in_flight
         while self._in_flight.awaited < limit and self._dispatch_one():
             pass
 
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
             return False
-        worker_id = self._dealer.next()
+        if self._worker_options.in_order:
+            worker_id = self._dealer.next()
+        else:
+            worker_id = self._dealer.next_with_room(self._has_room)
         if worker_id is None:
             return False
         try:
@@ -122,6 +127,11 @@ class MultiWorkerIterator(LoaderIterator):
         self._in_flight.dispatch(task_id, worker_id, position)
         self._buffer.expect(task_id)
         return True
+
+    def _has_room(self, worker_id: int) -> bool:
+        """torch's ready-first rule: a worker holds at most its share of the task budget."""
+        active = sum(self._dealer.active) or 1
+        return self._in_flight.load(worker_id) < self._worker_options.tasks_in_flight // active
 
     # ---------------------------------------------------------------- results
     def _next_data(self) -> Any:
@@ -147,7 +157,7 @@ class MultiWorkerIterator(LoaderIterator):
                 result = self._buffer.pop()
                 continue
             if len(self._buffer) == 0 and not self._fill_possible():
-                if not self._workers.persistent_workers:
+                if not self._worker_options.persistent_workers:
                     self.close()
                 raise StopIteration
             self._collect()
@@ -158,10 +168,11 @@ class MultiWorkerIterator(LoaderIterator):
         return len(self._buffer) > 0
 
     def _collect(self) -> None:
-        timeout = self._workers.timeout_s or None
+        timeout = self._worker_options.timeout_s or None
         ready = self._require_pool().receive(timeout)
         if not ready and timeout is not None:
-            seconds = self._workers.timeout_s  # as given: torch says "after 1 seconds"
+            self.close()  # a worker may be stuck in the dataset: end it now, not at exit
+            seconds = self._worker_options.timeout_s  # as the user gave it, as torch says it
             raise RuntimeError(f"DataLoader timed out after {seconds} seconds")
         self._handle_all(ready)
 
@@ -194,7 +205,7 @@ class MultiWorkerIterator(LoaderIterator):
         self._in_flight.drop(end_task_id)
         orphans = self._in_flight.orphan(worker_id)
         self._buffer.forget([end_task_id, *orphans])
-        if not self._workers.persistent_workers:
+        if not self._worker_options.persistent_workers:
             self._require_pool().retire(worker_id)
 
     def _unwrap(self, reply: Reply) -> Any:
@@ -216,7 +227,7 @@ class MultiWorkerIterator(LoaderIterator):
         delivery = self._delivery
         if self._data.iterable_style:
             state["workers"] = {
-                "num_workers": self._workers.num_workers,
+                "num_workers": self._worker_options.num_workers,
                 "states": list(delivery.states),
                 "counts": list(delivery.counts),
                 # a worker whose end was seen still counts until its last batch is delivered
@@ -226,7 +237,7 @@ class MultiWorkerIterator(LoaderIterator):
                 ],
                 "next_worker": self._next_worker_to_deliver(),
             }
-        elif not self._workers.in_order:
+        elif not self._worker_options.in_order:
             state["yielded"] = delivery.watermark
             state["delivered_ahead"] = sorted(delivery.ahead)
         return state
@@ -241,8 +252,23 @@ class MultiWorkerIterator(LoaderIterator):
         return 0 if worker_id is None else worker_id
 
     def _end_epoch_early(self) -> None:
-        if not self._workers.persistent_workers:
+        if not self._worker_options.persistent_workers:
             self.close()
+
+    # ------------------------------------------------- torch's private surface
+    @property
+    def _workers(self) -> list[Any]:
+        """torch's ``_workers``: views with ``pid``, ``is_alive()``, ``join()``, ``exitcode``."""
+        return self._worker_handles
+
+    @property
+    def _pin_memory_thread(self) -> Any:
+        """torch's ``_pin_memory_thread`` (``None`` without pinning)."""
+        return getattr(self._pool, "thread", None)
+
+    def _shutdown_workers(self) -> None:
+        """torch's name for `close`."""
+        self.close()
 
     # --------------------------------------------------------------- shutdown
     def _require_pool(self) -> WorkerPool:

@@ -146,6 +146,11 @@ class PinningPool:
         return results
 
     @property
+    def handles(self) -> Any:
+        """The inner pool's worker views (torch's ``iterator._workers``), if it has any."""
+        return getattr(self._pool, "handles", [])
+
+    @property
     def thread(self) -> threading.Thread:
         return self._thread
 

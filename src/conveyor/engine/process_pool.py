@@ -20,13 +20,16 @@ import pickle
 import select
 import threading
 import time
+import warnings
+from collections.abc import Callable, Iterator
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
 from conveyor.engine.messages import Reply, StartEpoch, Task, reply_from_wire, task_to_wire
 from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
+from conveyor.engine.worker_handle import WorkerHandle
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
 from conveyor.engine.zygote import SetupRef, Zygote
@@ -37,6 +40,41 @@ from conveyor.transport.slab import loader_prefix
 # A busy worker gets this long to notice the stop message before it is terminated.
 JOIN_TIMEOUT_S = 1.0
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
+
+
+_PICKLE_ERRORS = (TypeError, AttributeError, pickle.PicklingError)
+
+
+@contextlib.contextmanager
+def _pickle_errors_warned() -> Iterator[None]:
+    """torch's warning before a worker's arguments fail to pickle (users search for it)."""
+    try:
+        yield
+    except _PICKLE_ERRORS:
+        warnings.warn(
+            "Got pickle error when attempting to start a worker Process. This might be "
+            "because the worker Process arguments are not picklable (the dataset, "
+            "collate_fn, worker_init_fn, ...). Start methods 'spawn' and 'forkserver' "
+            "pickle them; you can also try multiprocessing_context='fork'.",
+            stacklevel=4,
+        )
+        raise
+
+
+def _needs_inheritance(exc: RuntimeError) -> bool:
+    """The error multiprocessing raises for a Value/Lock/Event pickled outside spawning."""
+    return "through inheritance" in str(exc)
+
+
+def _pickled_or_inherited(setup: WorkerSetup) -> Any:
+    """The set-up pickled once for every worker, or the set-up itself when it holds
+    multiprocessing objects that only ``Process.start()`` may pickle (as torch does)."""
+    try:
+        return pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+    except RuntimeError as exc:
+        if not _needs_inheritance(exc):
+            raise
+        return setup
 
 
 _SPAWNING = threading.Lock()
@@ -58,6 +96,7 @@ class ProcessPool:
         self._inboxes: list[connection.Connection] = []
         self._outboxes: list[connection.Connection] = []
         self._processes: list[Any] = []
+        self._handles: list[WorkerHandle] = []
         self._alive = [True] * num_workers
         self._closed = False
         self._owner_pid = os.getpid()
@@ -82,7 +121,8 @@ class ProcessPool:
         if zygote is not None:
             payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":
-            payload = pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL)
+            with _pickle_errors_warned():
+                payload = _pickled_or_inherited(setup)
         parent = os.getpid() if ctx.get_start_method() == "fork" and zygote is None else ANY_PARENT
         # One loader at a time creates pipes and forks: a fork from another thread in
         # between would copy this loader's child ends (and the sentinel pipes Process.start
@@ -90,6 +130,7 @@ class ProcessPool:
         # here until those unrelated workers exit.
         with _SPAWNING:
             self._spawn(setup, ctx, zygote, payload, parent)
+        self._handles = [WorkerHandle(process) for process in self._processes]
         for worker_id in range(self._num_workers):
             self._watch(self._outboxes[worker_id].fileno(), "result", worker_id)
             self._watch(self._processes[worker_id].sentinel, "exit", worker_id)
@@ -108,21 +149,39 @@ class ProcessPool:
             jobs.append((process_worker_main, args))
             child_ends += [task_reader, result_writer]
         try:
-            if zygote is not None:
-                self._processes = list(zygote.start_workers(setup, jobs))
-            else:
-                for worker_id, (target, args) in enumerate(jobs):
-                    process = ctx.Process(  # type: ignore[attr-defined]
-                        target=target,
-                        args=args,
-                        name=f"conveyor-worker-{worker_id}",
-                        daemon=True,
-                    )
-                    self._processes.append(process)
-                    process.start()
+            with _pickle_errors_warned():
+                self._launch(setup, ctx, zygote, jobs)
         finally:
             for end in child_ends:
                 end.close()
+
+    def _launch(
+        self,
+        setup: WorkerSetup,
+        ctx: BaseContext,
+        zygote: Zygote | None,
+        jobs: list[tuple[Callable[..., None], tuple[Any, ...]]],
+    ) -> None:
+        """Start the worker processes: forked by the zygote, or by ``ctx.Process``."""
+        if zygote is not None:
+            try:
+                self._processes = list(zygote.start_workers(setup, jobs))
+            except RuntimeError as exc:
+                if not _needs_inheritance(exc):
+                    raise
+                # multiprocessing Value/Lock/...: only a spawning Process may pickle them
+                jobs = [(t, (a[0], setup, *a[2:])) for t, a in jobs]
+                zygote = None
+        if zygote is None:
+            for worker_id, (target, args) in enumerate(jobs):
+                process = ctx.Process(  # type: ignore[attr-defined]
+                    target=target,
+                    args=args,
+                    name=f"conveyor-worker-{worker_id}",
+                    daemon=True,
+                )
+                self._processes.append(process)
+                process.start()
 
     def _watch(self, fd: int, kind: str, worker_id: int) -> None:
         self._fd_owner[fd] = (kind, worker_id)
@@ -134,6 +193,11 @@ class ProcessPool:
                 del self._fd_owner[fd]
                 with contextlib.suppress(KeyError, ValueError):
                     self._poller.unregister(fd)
+
+    @property
+    def handles(self) -> list[WorkerHandle]:
+        """Views of the worker processes that stay readable after `close()`."""
+        return self._handles
 
     @property
     def pids(self) -> list[int]:
@@ -226,7 +290,8 @@ class ProcessPool:
         self._alive[worker_id] = False
         self._unwatch(worker_id)
         raise WorkerDiedError(
-            f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
+            torch_first_sentence(process.pid, process.exitcode)
+            + f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
             f"it {describe_exit(process.exitcode)}. If it was killed for memory (signal 9), "
             "lower batch_size or num_workers; a segfault (signal 11) points at a native "
             "library in the dataset code."
@@ -245,6 +310,8 @@ class ProcessPool:
         stop_processes(self._processes, JOIN_TIMEOUT_S)
         for conn in self._inboxes + self._outboxes:
             conn.close()
+        for handle in self._handles:
+            handle.release()
         for process in self._processes:
             # another thread's Process.start() may reap it first (multiprocessing polls
             # every child there); close() then cannot tell that it ended: nothing to free

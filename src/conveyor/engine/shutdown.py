@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["describe_exit", "stop_processes"]
+__all__ = ["describe_exit", "stop_processes", "torch_first_sentence"]
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -26,6 +26,18 @@ def describe_exit(exitcode: int | None) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by signal {-exitcode} ({name})"
     return f"exited with code {exitcode}"
+
+
+def torch_first_sentence(pid: int, exitcode: int) -> str:
+    """torch's wording for a worker killed by a signal (users' code and tests match it);
+    empty for an ordinary exit, which conveyor's own sentence describes."""
+    if exitcode >= 0:
+        return ""
+    try:
+        name = signal.strsignal(-exitcode) or f"signal {-exitcode}"
+    except ValueError:
+        name = f"signal {-exitcode}"
+    return f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
 
 
 def stop_processes(processes: Sequence[Any], join_timeout_s: float) -> None:

@@ -107,8 +107,8 @@ class _Encoder(ForkingPickler):
         if (
             code is None
             or t.device.type != "cpu"
+            or t.is_nested  # strided layout, but no sizes: pickled whole
             or t.layout != torch.strided
-            or t.is_nested  # no single strided view (strided layout though): pickled whole
             or t.is_conj()
             or t.is_neg()
             or (t.requires_grad and not t.is_leaf)

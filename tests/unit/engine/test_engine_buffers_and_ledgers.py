@@ -127,3 +127,26 @@ def test_skip_log_stops_past_the_limit() -> None:
     log.record((_bad(7, "KeyError: 7"),))
     with pytest.raises(RuntimeError, match=r"more than max_skipped=1.*index 7"):
         log.record((_bad(8, "KeyError: 8"),))
+
+
+def test_in_flight_load_counts_a_workers_tasks_until_delivered_or_forgotten() -> None:
+    ledger = InFlight()
+    for task_id, worker_id in enumerate([0, 1, 0, 0]):
+        ledger.dispatch(task_id, worker_id, task_id)
+    assert (ledger.load(0), ledger.load(1)) == (3, 1)
+    ledger.answer(0)
+    assert ledger.load(0) == 3  # answered but held: still the worker's
+    ledger.deliver(0)
+    ledger.answer(3)
+    ledger.drop(3)
+    assert ledger.orphan(0) == [2]
+    assert (ledger.load(0), ledger.load(1)) == (0, 1)
+
+
+def test_next_with_room_skips_full_and_retired_workers_and_moves_the_cursor() -> None:
+    dealer = RoundRobin(3)
+    full = {0}
+    assert dealer.next_with_room(lambda w: w not in full) == 1
+    dealer.retire(2)
+    assert dealer.next_with_room(lambda w: w not in full) == 1  # 2 retired, 0 full
+    assert dealer.next_with_room(lambda w: False) is None
