@@ -23,7 +23,10 @@ TESTS_DIR = Path(__file__).resolve().parent.parent
 # A script that starts a loader whose workers block, prints their pids, then blocks in next().
 _BLOCKED_LOADER = textwrap.dedent(
     """
-    import sys, os
+    import signal, sys, os
+    # a suite started in the background by a shell inherits SIGINT ignored, and Python then
+    # keeps it ignored: take Ctrl-C as a terminal's process would
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {tests_dir!r})
     from sample_datasets import BlockAt
     from conveyor import DataLoader
