@@ -203,7 +203,9 @@ def test_slabs_are_reused_not_multiplied(persistent: bool) -> None:
     assert count == 2 * 101  # over 200 batches
     bound = 2 * (2 + 3)  # per pool: workers x (prefetch_factor + 3)
     pools = 1 if persistent else 2
-    assert len(seen_maps) <= pools * bound
+    # slabs are sized to the batch: a worker's first batch, of a size not known yet, may
+    # need one slab more, retired once the size is learnt (one per worker, never more)
+    assert len(seen_maps) <= pools * (bound + 2)
     assert most_files <= bound
 
 

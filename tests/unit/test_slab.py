@@ -449,7 +449,7 @@ def test_wire_stop_while_stalled_raises_worker_stop(make_wire: Callable[..., Wir
 
 
 def test_wire_scarce_memory_warns_once_and_falls_back(make_wire: Callable[..., Wire]) -> None:
-    wire = make_wire(max_shm_bytes=MIB // 2)
+    wire = make_wire(max_shm_bytes=MIB // 8)  # less than one 192 KiB batch
     with pytest.warns(ShmFallbackWarning, match="--shm-size"):
         wire.produce(_image_batch(3))
         batch = wire.deliver()

@@ -42,8 +42,14 @@ class InFlight:
 
     @property
     def awaited(self) -> int:
-        """Tasks dispatched and not yet answered (what the prefetch limit counts)."""
+        """Tasks dispatched and not yet answered."""
         return self._awaited
+
+    @property
+    def outstanding(self) -> int:
+        """Tasks dispatched and not yet delivered or forgotten (what the prefetch limit
+        counts, as torch's does: results waiting here hold memory too)."""
+        return len(self._tickets)
 
     def dispatch(self, task_id: int, worker_id: int, position: int) -> None:
         self._tickets[task_id] = Ticket(worker_id, position)

@@ -104,7 +104,7 @@ class MultiWorkerIterator(LoaderIterator):
     # --------------------------------------------------------------- dispatch
     def _fill(self) -> None:
         limit = self._worker_options.tasks_in_flight
-        while self._in_flight.awaited < limit and self._dispatch_one():
+        while self._in_flight.outstanding < limit and self._dispatch_one():
             pass
 
     def _dispatch_one(self) -> bool:
@@ -149,7 +149,6 @@ class MultiWorkerIterator(LoaderIterator):
         ready, in_flight = result is not EMPTY, self._in_flight.awaited
         while True:
             if result is not EMPTY:
-                self._fill()
                 data = self._unwrap(result)
                 if data is not _SKIPPED:
                     self.clock.queue_seen(ready, in_flight)
@@ -212,6 +211,7 @@ class MultiWorkerIterator(LoaderIterator):
         ticket = self._in_flight.deliver(reply.task_id)
         state = None if reply.info is None else reply.info.stream_state
         self._delivery.delivered(ticket.worker_id, ticket.position, state)
+        self._fill()  # its slot is free: the next task goes out before the result (torch's order)
         if reply.status == msg.ERROR:
             assert isinstance(reply.payload, RemoteError)
             reply.payload.reraise()

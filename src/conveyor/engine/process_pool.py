@@ -207,6 +207,9 @@ class ProcessPool:
         # Plain pickle: tasks carry no file descriptors, and ForkingPickler costs ~10 us.
         wire = task_to_wire(message) if type(message) is Task else message
         frame = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
+        # Releases first: the worker then builds this task's batch in a slab it already has,
+        # instead of making one more while the release waits for our next receive.
+        self._link.before_wait()
         try:
             with self._send_locks[worker_id]:
                 self._inboxes[worker_id].send_bytes(frame)

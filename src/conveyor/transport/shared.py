@@ -55,6 +55,17 @@ def _extent(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
 
 
+def _dense_stride(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``stride`` if it lays the elements out without gaps or overlaps (a permuted
+    contiguous tensor), so a copy can keep it; else None (the copy is contiguous)."""
+    expected = 1
+    for step, size in sorted((s, n) for n, s in zip(shape, stride, strict=True) if n != 1):
+        if step != expected:
+            return None
+        expected *= size
+    return stride
+
+
 def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     stride = []
     running = 1
@@ -131,15 +142,22 @@ class _Encoder(ForkingPickler):
             # Small and plain (S2's batches): its bytes into the pickle with the fewest calls.
             data = (t.detach() if requires_grad else t).numpy()
             return ("i", code, shape, pickle.PickleBuffer(data.data), requires_grad)
+        # A copy keeps a dense layout (torch's workers keep every layout: they share storages)
+        kept = None if t.is_contiguous() else _dense_stride(shape, stride)
         placed = self._arena.place(nbytes) if self._arena and self._big(nbytes) else None
         if placed is not None:
             slab, offset = placed
-            target = slab.tensor[offset : offset + nbytes].view(t.dtype).view(shape)
+            target = slab.tensor[offset : offset + nbytes].view(t.dtype)
+            target = target.view(shape) if kept is None else target.as_strided(shape, kept)
             target.copy_(t.detach())
             self.referenced.add(slab.id)
-            return ("s", slab.id, offset, code, shape, None, requires_grad)
-        raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-        return ("i", code, shape, pickle.PickleBuffer(raw.data), requires_grad)
+            return ("s", slab.id, offset, code, shape, kept, requires_grad)
+        if kept is None:
+            flat = t.detach().contiguous().reshape(-1)
+        else:  # its elements in memory order: the view spans exactly numel elements
+            flat = t.detach().as_strided((t.numel(),), (1,))
+        raw = flat.view(torch.uint8).numpy()
+        return ("i", code, shape, pickle.PickleBuffer(raw.data), requires_grad, kept)
 
     def _array(self, a: np.ndarray[Any, Any]) -> Any:
         if a.dtype.hasobject or a.size == 0 or min(a.strides, default=0) < 0:
@@ -220,9 +238,10 @@ class _Decoder(pickle.Unpickler):
             self.view_bytes += array.nbytes
             return array
         if kind == "i":
-            _, code, shape, data, requires_grad = pid
+            _, code, shape, data, requires_grad, *layout = pid
             raw = np.frombuffer(data, dtype=np.uint8)
-            return _tensor_view(raw, 0, code, shape, None, requires_grad)
+            stride = layout[0] if layout else None
+            return _tensor_view(raw, 0, code, shape, stride, requires_grad)
         if kind == "e":
             _, code, shape, requires_grad = pid
             return torch.empty(shape, dtype=_DTYPES[code]).requires_grad_(requires_grad)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from conveyor.transport.options import SlabConfig
-from conveyor.transport.slab import MIB, ShmSpaceError, create_slab, slab_name, unlink_quietly
+from conveyor.transport.slab import ShmSpaceError, create_slab, slab_name, unlink_quietly
 
 __all__ = ["ALIGN_BYTES", "BatchArena", "Slab", "SlabPool"]
 
@@ -66,6 +66,10 @@ class SlabPool:
         self.retired: list[int] = []  # retired since the main process was last told
         self.scarce: str | None = None  # why the last slab could not be made (space/budget)
         self.disabled = config.worker_budget_bytes == 0
+        # Slabs are sized to the batch (whole pages): shared memory follows the bytes in
+        # flight, as torch's does. Once batch sizes are seen to vary, new slabs get 1/8
+        # more, so a slightly larger batch does not make a new slab every time.
+        self.headroom = False
 
     @property
     def inline_max_bytes(self) -> int:
@@ -92,7 +96,10 @@ class SlabPool:
             slab = self._slabs[best]
             slab.cursor = 0
             return slab
-        size = max(MIB, -(-(nbytes + nbytes // 8) // MIB) * MIB)
+        for slab_id in [i for i in self._free if self._slabs[i].size < nbytes]:
+            self._retire(slab_id)  # too small for what batches need now: give the memory back
+        wanted = nbytes + nbytes // 8 if self.headroom else nbytes
+        size = max(1, -(-wanted // mmap.PAGESIZE)) * mmap.PAGESIZE
         if not self._make_room(size):
             return None
         return self._create(size)
@@ -189,9 +196,13 @@ class BatchArena:
             placed = self._fit(self._slabs[-1], nbytes)
             if placed is not None:
                 return placed
+            if self.high_water_bytes:  # a batch larger than one seen before: sizes vary
+                self._pool.headroom = True
         if self.degraded:
             return None
-        slab = self._acquire(max(nbytes, self.high_water_bytes - self._used))
+        # A batch of a size not known yet grows geometrically (a slab as large as the batch
+        # so far), so a batch of many tensors needs few slabs, never one per tensor.
+        slab = self._acquire(max(nbytes, self.high_water_bytes - self._used, self._used))
         if slab is None:
             self.degraded = True
             return None
