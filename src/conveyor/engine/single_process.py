@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +38,10 @@ class SingleProcessIterator(LoaderIterator):
 
     def _resume_stream(self, resume: Resume) -> None:
         """Streams seek with their own state when they have one; otherwise replay."""
-        stream_resume_for(True, 0, resume)  # raises if saved with workers
+        streams = stream_resume_for(True, 0, resume, self.world)  # None: same topology
         saved = resume.state.get("dataset")
+        if streams is not None and streams.states[0] is not None:
+            saved = pickle.loads(streams.states[0])  # merged from another topology
         if saved is not None and has_state(self._dataset):
             self._dataset.load_state_dict(saved)
             return
