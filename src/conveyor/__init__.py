@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
     from conveyor.mixture import Mixture
+    from conveyor.sharded_stream import ShardedStream
+    from conveyor.state.loader_state import merge_checkpoints
 
 __version__ = "0.1.0"
 
@@ -65,6 +67,7 @@ __all__ = [
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
+    "ShardedStream",
     "StackDataset",
     "StringTable",
     "Subset",
@@ -80,6 +83,7 @@ __all__ = [
     "functional_datapipe",
     "get_worker_info",
     "guaranteed_datapipes_determinism",
+    "merge_checkpoints",
     "non_deterministic",
     "random_split",
     "runtime_validation",
@@ -92,6 +96,8 @@ __all__ = [
 _LAZY = {
     "DFIterDataPipe": "conveyor.datapipes.dataframe",
     "Mixture": "conveyor.mixture",
+    "ShardedStream": "conveyor.sharded_stream",
+    "merge_checkpoints": "conveyor.state.loader_state",
     "TarShards": "conveyor.datapipes.iter.shards",
 }
 

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from conveyor.distributed import world_and_rank
 from conveyor.engine.pin_thread import warn_unpinnable
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
@@ -54,6 +55,7 @@ class LoaderIterator:
         elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._fingerprint = fingerprint_of(self._data)
+        self.world = world_and_rank()  # (world size, rank) the checkpoints record
         self._begin_epoch(resume, draw_base_seed_now=True)
 
     # ------------------------------------------------------------------ epochs
@@ -189,6 +191,7 @@ class LoaderIterator:
             "replicas": replica_state(
                 self._replicas, self._samples_per_batch, self._consumed_before
             ),
+            "topology": {"world_size": self.world[0], "rank": self.world[1]},
         }
 
     def _next_request(self) -> tuple[int, Any]:
@@ -296,6 +299,8 @@ def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:
     """A stream without state is resumed by reading and dropping the batches delivered,
     which counts batches of the checkpoint's size: with another size it would be wrong."""
     workers = state.get("workers")
+    if state.get("elastic") is not None:
+        return  # merged progress: every stream seeks
     if workers is None:
         replays = state.get("dataset") is None and int(state.get("yielded", 0)) > 0
     else:

@@ -44,7 +44,9 @@ class MultiWorkerIterator(LoaderIterator):
     ):
         super().__init__(plan, len_hint, resume)
         self._worker_options = workers = self._options.workers
-        streams = stream_resume_for(self._data.iterable_style, workers.num_workers, resume)
+        streams = stream_resume_for(
+            self._data.iterable_style, workers.num_workers, resume, self.world
+        )
         self._setup = WorkerSetup(
             fetch=self._options.fetch_spec(),
             workers=workers,

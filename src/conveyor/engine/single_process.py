@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ class SingleProcessIterator(LoaderIterator):
         self._dataset = dataset
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
+        self._resumed_state: Any = None  # the stream's state loaded, until it reads again
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
         if hooks.stage_timers is not None:
@@ -37,10 +39,13 @@ class SingleProcessIterator(LoaderIterator):
 
     def _resume_stream(self, resume: Resume) -> None:
         """Streams seek with their own state when they have one; otherwise replay."""
-        stream_resume_for(True, 0, resume)  # raises if saved with workers
+        streams = stream_resume_for(True, 0, resume, self.world)  # None: same topology
         saved = resume.state.get("dataset")
+        if streams is not None and streams.states[0] is not None:
+            saved = pickle.loads(streams.states[0])  # merged from another topology
         if saved is not None and has_state(self._dataset):
             self._dataset.load_state_dict(saved)
+            self._resumed_state = saved
             return
         for _ in range(resume.yielded):  # no state: read and drop, as torch users must
             try:
@@ -54,6 +59,8 @@ class SingleProcessIterator(LoaderIterator):
         started = isinstance(fetcher, IterableFetcher) and fetcher.started
         if started and has_state(self._dataset):
             state["dataset"] = self._dataset.state_dict()
+        elif self._resumed_state is not None:
+            state["dataset"] = self._resumed_state  # resumed, nothing read since
         return state
 
     def _next_data(self) -> Any:

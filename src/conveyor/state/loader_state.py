@@ -10,11 +10,14 @@ the last batch the user received from it.
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import torch
 
+from conveyor.state.elastic import is_elastic, merge
 from conveyor.state.protocol import has_state
 
 STATE_VERSION = 1
@@ -47,6 +50,8 @@ class LoaderStateDict(TypedDict, total=False):
     samples: int | None  # samples of the epoch's order delivered (None: batch sizes vary)
     rebatched: bool  # the epoch's batches were cut from a sample count (batch_size changed)
     fingerprint: Any  # what the checkpoint depends on (state/fingerprint.py)
+    topology: Any  # {"world_size", "rank", "worker_type"} of the loader that took it
+    elastic: Any  # streams merged by merge_checkpoints: one progress for any topology
 
 
 @dataclass
@@ -182,20 +187,49 @@ class StreamResume:
 
 
 def stream_resume_for(
-    iterable_style: bool, num_workers: int, resume: Resume | None
+    iterable_style: bool,
+    num_workers: int,
+    resume: Resume | None,
+    world: tuple[int, int] = (1, 0),
 ) -> StreamResume | None:
-    """Check that a stream checkpoint fits this loader's workers and unpack it."""
+    """Check that a stream checkpoint fits this loader's workers and unpack it.
+
+    Same topology (workers, world size, rank): each worker continues its own stream.
+    Another topology: the streams' progress is merged into one (`conveyor.state.elastic`)
+    that every new worker loads and splits again; a stream whose state cannot be merged
+    is a ValueError naming what changed. ``world``: this process's (world size, rank).
+    """
     if resume is None or not iterable_style or not resume.state.get("in_epoch"):
         return None
-    workers = resume.state.get("workers")
-    saved = workers["num_workers"] if workers else 0
-    if saved != num_workers:
-        raise ValueError(
-            f"this checkpoint of an iterable-style dataset was taken with num_workers={saved}; "
-            f"a stream cannot be re-split between a different number of workers (here "
-            f"{num_workers}). Resume with num_workers={saved}, or use a map-style dataset "
-            "(any num_workers) or a DataPipe graph whose source can seek."
-        )
+    state = resume.state
+    merged = state.get("elastic")
+    if merged is None:
+        saved = saved_topology(state)
+        if saved == (num_workers, *world):
+            return _same_topology(state)
+        merged = _merged_progress(state, saved, (num_workers, *world))
+    if merged is None:  # nothing was delivered: every worker starts afresh
+        return None
+    blob = pickle.dumps(merged)
+    slots = max(num_workers, 1)
+    return StreamResume(
+        states=(blob,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
+    )
+
+
+def saved_topology(state: LoaderStateDict) -> tuple[int, int, int]:
+    """``(num_workers, world_size, rank)`` of the loader that took a checkpoint."""
+    topology = state.get("topology") or {}
+    workers = state.get("workers")
+    return (
+        workers["num_workers"] if workers else 0,
+        int(topology.get("world_size", 1)),
+        int(topology.get("rank", 0)),
+    )
+
+
+def _same_topology(state: LoaderStateDict) -> StreamResume | None:
+    workers = state.get("workers")
     if workers is None:
         return None
     return StreamResume(
@@ -204,3 +238,75 @@ def stream_resume_for(
         active=tuple(workers["active"]),
         next_worker=int(workers["next_worker"]),
     )
+
+
+def consumer_states(state: LoaderStateDict) -> list[tuple[Any, int]]:
+    """Each stream's (unpickled state or None, batches delivered) in one checkpoint."""
+    workers = state.get("workers")
+    if workers is None:
+        return [(state.get("dataset"), int(state.get("yielded", 0)))]
+    return [
+        (None if blob is None else pickle.loads(blob), count)
+        for blob, count in zip(workers["states"], workers["counts"], strict=True)
+    ]
+
+
+def _merged_progress(
+    state: LoaderStateDict, saved: tuple[int, int, int], now: tuple[int, int, int]
+) -> Any:
+    names = ("num_workers", "world_size", "rank")
+    changed = zip(names, saved, now, strict=True)
+    field, before, after = next((n, b, a) for n, b, a in changed if b != a)
+    where = f"it was taken with {field}={before}, this loader has {field}={after}"
+    streams = consumer_states(state)
+    if any(count and not is_elastic(s) for s, count in streams):
+        raise ValueError(
+            f"this checkpoint of an iterable-style dataset cannot be resumed here: {where}, "
+            "and its stream cannot be re-split (a dataset without state_dict(), or one "
+            "whose state is its own consumer's position). Resume with the same "
+            f"{field}, or read it through conveyor.ShardedStream (resumes on any topology)"
+        )
+    if saved[1] > 1 or now[1] > 1:
+        raise ValueError(
+            f"this checkpoint holds one rank's streams (rank {saved[2]} of world_size "
+            f"{saved[1]}) and cannot be resumed alone here: {where}. Merge the "
+            "checkpoints of every rank with conveyor.merge_checkpoints([...]) and load the "
+            "result on every rank"
+        )
+    return merge([s for s, _ in streams])
+
+
+def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
+    """One checkpoint from the DataLoader checkpoints of every rank, taken at one step.
+
+    For streams that resume on any topology (`conveyor.ShardedStream`): the ranks'
+    workers' progress is merged into one, which a loader with any ``num_workers``, worker
+    type and world size loads on every rank. Map-style loaders need no merge (any rank's
+    checkpoint resumes on another world size); their first checkpoint is returned.
+    """
+    if not states:
+        raise ValueError("merge_checkpoints: no checkpoints given")
+    first = states[0]
+    fingerprint = first.get("fingerprint") or {}
+    if not first.get("in_epoch") or fingerprint.get("dataset") != "iterable":
+        return dict(first)  # type: ignore[return-value]
+    world = saved_topology(first)[1]
+    ranks = sorted(saved_topology(state)[2] for state in states)
+    if ranks != list(range(world)):
+        raise ValueError(
+            f"merge_checkpoints needs one checkpoint of each of the {world} ranks "
+            f"(world_size={world}), got ranks {ranks}"
+        )
+    streams = [s for state in states for s, _ in consumer_states(state)]
+    counts = [c for state in states for _, c in consumer_states(state)]
+    if any(count and not is_elastic(s) for s, count in zip(streams, counts, strict=True)):
+        raise ValueError(
+            "merge_checkpoints: these streams cannot be merged (their dataset's state is "
+            "not an elastic progress); read them through conveyor.ShardedStream"
+        )
+    merged: LoaderStateDict = dict(first)  # type: ignore[assignment]
+    merged["elastic"] = merge(streams)
+    merged["workers"] = None
+    merged["dataset"] = None
+    merged["topology"] = None
+    return merged
