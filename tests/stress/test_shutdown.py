@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from conveyor import DataLoader
+from conveyor.transport.slab import process_prefix
 
 from sample_datasets import Range
 
@@ -133,3 +134,37 @@ def test_thirty_epochs_keep_resources_flat(persistent: bool) -> None:
     assert me.num_fds() <= fds
     assert me.memory_info().rss < rss + 30 * 2**20
     del loader
+
+
+_ALIVE_AT_EXIT = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {tests_dir!r})
+    from conveyor import DataLoader
+    if __name__ == "__main__":
+        it = iter(DataLoader(list(range(100)), batch_size=4, num_workers=2,
+                             worker_type={worker_type!r}, persistent_workers={persistent}))
+        print(next(it).tolist(), os.getpid(), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("worker_type", "persistent"), [("process", False), ("process", True), ("thread", False)]
+)
+def test_an_iterator_alive_at_interpreter_exit_closes_quietly(
+    worker_type: str, persistent: bool
+) -> None:
+    """The script ends with its iterator mid-epoch: exit is clean (no 'Exception ignored'
+    from a close that runs after multiprocessing's globals are gone) and leaves no slab."""
+    script = _ALIVE_AT_EXIT.format(
+        tests_dir=str(TESTS_DIR), worker_type=worker_type, persistent=persistent
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    batch, _, pid = proc.stdout.strip().rpartition(" ")
+    assert batch == "[0, 1, 2, 3]"
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert [n for n in os.listdir("/dev/shm") if n.startswith(process_prefix(int(pid)))] == []

@@ -14,6 +14,7 @@ that imported torch and unpickled the dataset once) instead of started one by on
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pickle
@@ -21,6 +22,7 @@ import select
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
@@ -43,6 +45,32 @@ _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
 _PICKLE_ERRORS = (TypeError, AttributeError, pickle.PicklingError)
+
+
+_live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+_exit_hook_pid: int | None = None
+
+
+def _close_at_exit(pool: ProcessPool) -> None:
+    """Close pools still open when the interpreter exits while the modules still exist.
+
+    An iterator alive at exit is otherwise closed by its ``__del__`` during module
+    teardown, when multiprocessing's own globals are already gone. Registered after the
+    slab sweep (``MainEnd``), so it runs before it: workers stop, then slabs go.
+    """
+    global _exit_hook_pid
+    if _exit_hook_pid != os.getpid():
+        _exit_hook_pid = os.getpid()
+        _live_pools.clear()  # a forked child's copies belong to its parent
+        atexit.register(_close_live_pools, _exit_hook_pid)
+    _live_pools.add(pool)
+
+
+def _close_live_pools(pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    for pool in list(_live_pools):
+        pool.close()
 
 
 @contextlib.contextmanager
@@ -105,6 +133,7 @@ class ProcessPool:
         prefetch = 2 if options.prefetch_factor is None else options.prefetch_factor
         slabs = slab_options.resolve(loader_prefix(), num_workers, prefetch)
         self._link = MainEnd(slabs, self._send_control)
+        _close_at_exit(self)
         self._poller = select.poll()
         self._fd_owner: dict[int, tuple[str, int]] = {}  # fd -> ("result"|"exit", worker)
         try:
