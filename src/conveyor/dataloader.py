@@ -91,6 +91,13 @@ class DataLoader(TorchDataLoader[T_co]):
         worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
             run as threads of this process: no start-up cost, no transfer, best for I/O
             and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias.
+            ``"ray"``: workers are Ray actors on the process's Ray cluster (``ray.init()``
+            if none; ``pip install conveyor[ray]``), batches through Ray's object store;
+            a lost actor or node costs no sample (docs/scaling-out.md).
+        ray_remote_args: ``worker_type="ray"``: keyword arguments for the actors'
+            ``.options()`` (``num_cpus``, ``resources``, ``scheduling_strategy``).
+        max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
+            (default 0: a lost worker's tasks go to the survivors).
         fullsync: under torch.distributed, every rank ends the epoch as soon as one rank
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
@@ -158,6 +165,8 @@ class DataLoader(TorchDataLoader[T_co]):
         on_error: str = "raise",
         max_skipped: int | None = None,
         profile_stages: bool = False,
+        ray_remote_args: dict[str, Any] | None = None,
+        max_worker_restarts: int | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -165,7 +174,11 @@ class DataLoader(TorchDataLoader[T_co]):
         if num_workers > 0 and prefetch_factor is None:
             prefetch_factor = 2
         workers = WorkerOptions(
-            kind=worker_kind(resolve_worker_type(worker_type, worker_method)),
+            kind=worker_kind(
+                resolve_worker_type(worker_type, worker_method),
+                ray_remote_args,
+                max_worker_restarts,
+            ),
             num_workers=num_workers,
             prefetch_factor=prefetch_factor,
             multiprocessing_context=resolve_context(multiprocessing_context, num_workers),
@@ -234,7 +247,7 @@ class DataLoader(TorchDataLoader[T_co]):
 
     @property
     def worker_type(self) -> str:
-        """``"process"`` or ``"thread"``: the kind of this loader's workers."""
+        """``"process"``, ``"thread"`` or ``"ray"``: the kind of this loader's workers."""
         return self._options.workers.kind.name
 
     @worker_type.setter

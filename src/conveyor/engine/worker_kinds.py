@@ -5,9 +5,11 @@ Adding a kind is one class that follows `WorkerKind` and one entry in `WORKER_KI
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from conveyor.engine.process_workers import ProcessWorkers
+from conveyor.engine.ray_workers import RayWorkers
 from conveyor.engine.thread_workers import ThreadWorkers
 from conveyor.engine.worker_kind import WorkerKind
 
@@ -16,6 +18,7 @@ __all__ = ["WORKER_KINDS", "resolve_worker_type", "worker_kind"]
 WORKER_KINDS: dict[str, Callable[[], WorkerKind]] = {
     "process": ProcessWorkers,
     "thread": ThreadWorkers,
+    "ray": RayWorkers,  # imports ray only when its pool starts
 }
 
 
@@ -32,6 +35,26 @@ def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> s
     return chosen
 
 
-def worker_kind(name: str) -> WorkerKind:
-    """A new strategy of kind ``name`` for one loader (it may keep a zygote)."""
-    return WORKER_KINDS[resolve_worker_type(name, None)]()
+def worker_kind(
+    name: str,
+    ray_remote_args: Mapping[str, Any] | None = None,
+    max_worker_restarts: int | None = None,
+) -> WorkerKind:
+    """A new strategy of kind ``name`` for one loader (it may keep a zygote).
+
+    ``ray_remote_args`` and ``max_worker_restarts`` belong to ``worker_type="ray"``; given
+    with another kind they are an error, not silently ignored.
+    """
+    name = resolve_worker_type(name, None)
+    if name == "ray":
+        return RayWorkers(ray_remote_args, max_worker_restarts or 0)
+    for argument, value in (
+        ("ray_remote_args", ray_remote_args),
+        ("max_worker_restarts", max_worker_restarts),
+    ):
+        if value is not None:
+            raise ValueError(
+                f"{argument} applies to worker_type='ray' only, but worker_type={name!r}; "
+                f"pass worker_type='ray' or drop {argument}"
+            )
+    return WORKER_KINDS[name]()
