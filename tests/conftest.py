@@ -7,6 +7,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
+from typing import Protocol
 
 import psutil
 import pytest
@@ -56,11 +57,53 @@ def _process_wide_helpers() -> None:
     forkserver.ensure_running()
 
 
+class _Owner(Protocol):
+    """A long-lived fixture (a Ray cluster) that says which new processes/threads/fds are its."""
+
+    def owns_process(self, process: psutil.Process) -> bool: ...
+    def owns_thread(self, thread: threading.Thread) -> bool: ...
+    def owns_fd(self, target: str) -> bool: ...
+
+
+class _NoOwner:
+    def owns_process(self, process: psutil.Process) -> bool:
+        return False
+
+    def owns_thread(self, thread: threading.Thread) -> bool:
+        return False
+
+    def owns_fd(self, target: str) -> bool:
+        return False
+
+
+def _owner(request: pytest.FixtureRequest) -> _Owner:
+    """``@pytest.mark.leaks_owned_by("fixture")``: that fixture's value exempts what it owns."""
+    marker = request.node.get_closest_marker("leaks_owned_by")
+    if marker is None:
+        return _NoOwner()
+    owner: _Owner = request.getfixturevalue(marker.args[0])
+    return owner
+
+
+def _fd_open(fd: int) -> bool:
+    """False for a number listed but closed since (the listing's own fd, shifted up when an
+    owner's fd took its usual number)."""
+    return os.path.lexists(f"/proc/self/fd/{fd}")
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return str(fd)
+
+
 @pytest.fixture(autouse=True)
 def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("allow_leaks"):
         yield
         return
+    owner = _owner(request)
     me = psutil.Process()
     children_before = {p.pid for p in me.children(recursive=True)}
     threads_before = _threads()
@@ -69,14 +112,22 @@ def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if _fds() - fds_before or _threads() - threads_before:
         gc.collect()  # unreachable iterators close their workers when collected
-    new_children = [p for p in me.children(recursive=True) if p.pid not in children_before]
+    new_children = [
+        p
+        for p in me.children(recursive=True)
+        if p.pid not in children_before and not owner.owns_process(p)
+    ]
     tree = {me.pid} | {p.pid for p in new_children}
     _, alive = psutil.wait_procs(new_children, timeout=GRACE_S)
     for thread in _threads() - threads_before:
         thread.join(timeout=GRACE_S)
-    leaked_threads = [t.name for t in _threads() - threads_before if t.is_alive()]
+    leaked_threads = [
+        t.name for t in _threads() - threads_before if t.is_alive() and not owner.owns_thread(t)
+    ]
     leaked_shm = sorted(e for e in _shm_entries() - shm_before if _ours(e, tree))
-    leaked_fds = sorted(_fds() - fds_before)
+    leaked_fds = sorted(
+        fd for fd in _fds() - fds_before if _fd_open(fd) and not owner.owns_fd(_fd_target(fd))
+    )
     for proc in alive:
         proc.kill()
     problems = []
@@ -87,12 +138,7 @@ def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     if leaked_shm:
         problems.append(f"/dev/shm entries left: {leaked_shm}")
     if leaked_fds:
-        targets = []
-        for fd in leaked_fds:
-            try:
-                targets.append(f"{fd}->{os.readlink(f'/proc/self/fd/{fd}')}")
-            except OSError:
-                targets.append(str(fd))
+        targets = [f"{fd}->{_fd_target(fd)}" for fd in leaked_fds]
         problems.append(f"file descriptors left open: {targets}")
     if problems:
         pytest.fail("leak guard: " + "; ".join(problems))
@@ -100,3 +146,8 @@ def leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "allow_leaks: skip the leak guard (document why)")
+    config.addinivalue_line(
+        "markers",
+        "leaks_owned_by(fixture): the guard leaves alone what that long-lived fixture's value "
+        "owns (owns_process / owns_thread / owns_fd), and checks everything else",
+    )
