@@ -1,14 +1,15 @@
-"""A real local Ray cluster (2 nodes of 1 CPU on this machine) shared by tests/ray_workers.
+"""A real local Ray cluster (3 nodes of 1 CPU on this machine) shared by tests/ray_workers.
 
-Starting one takes ~6 s and ~1.1 GB, so the package shares it. Tests mark themselves
+Starting one takes ~7 s and ~1.4 GB, so the package shares it. Tests mark themselves
 ``ray`` and ``leaks_owned_by("ray_cluster")``: the leak guard (tests/conftest.py) then
 leaves alone the processes that descend from the cluster's own (Ray's idle worker
-processes outlive an actor on purpose) and the sockets of Ray's driver, and still checks
-everything else (threads, pipes, files, /dev/shm).
+processes outlive an actor on purpose) and the sockets and event fds of Ray's driver, and
+still checks everything else (threads, pipes, files, /dev/shm).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -48,17 +49,28 @@ class RayCluster:
                 "_system_config": SYSTEM_CONFIG,
             },
         )
-        self.cluster.add_node(**NODE_ARGS)
+        self.cluster.add_node(**NODE_ARGS, resources={"worker_slot": 1})
+        # The node test_ray_faults kills. Added now: adding a node after one was removed
+        # can hang in Ray's GCS client (seen with ray 2.60.0 here), so no test adds one.
+        self.doomed = self.cluster.add_node(**NODE_ARGS, resources={"worker_slot": 1})
         ray.init(address=self.cluster.address, log_to_driver=False)
         for module in (sample_datasets,):
             ray.cloudpickle.register_pickle_by_value(module)
         self._roots = {p.pid for p in psutil.Process().children()}
 
-    def add_node(self) -> Any:
-        node = self.cluster.add_node(**NODE_ARGS)
-        self.cluster.wait_for_nodes()
-        self._roots |= {p.pid for p in psutil.Process().children()}
-        return node
+    def remove_node(self, node: Any) -> None:
+        """SIGKILL every process of the node, its workers first, as a crashed machine.
+
+        (Ray's ``remove_node`` alone kills the node's own processes; its worker processes,
+        which the driver talks to directly, would go on serving for a while.)
+        """
+        raylet = node.all_processes["raylet"][0].process.pid
+        workers = psutil.Process(raylet).children(recursive=True)
+        for process in workers:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(workers, timeout=10)
+        self.cluster.remove_node(node, allow_graceful=False)
 
     # ----- what the leak guard leaves alone
     def owns_process(self, process: psutil.Process) -> bool:
@@ -74,8 +86,9 @@ class RayCluster:
         return False
 
     def owns_fd(self, target: str) -> bool:
-        """Sockets: Ray's driver opens a gRPC channel to a node when it first talks to it."""
-        return target.startswith("socket:")
+        """Sockets and event-loop fds (epoll, timerfd, eventfd): Ray's driver opens a gRPC
+        channel to a node when it first talks to it."""
+        return target.startswith(("socket:", "anon_inode:"))
 
     def close(self) -> None:
         ray.shutdown()

@@ -123,6 +123,7 @@ class RayPool:
         self._history: list[list[Message]] = [[] for _ in range(num_workers)]  # streams
         self._ready: deque[tuple[int, Reply]] = deque()
         self._lost: list[str] = []
+        self.resent = 0  # calls sent again after their actor was lost
         self._bytes = 0
         self._owner_pid = os.getpid()
         self._closed = False
@@ -202,6 +203,7 @@ class RayPool:
             target = self._serving[call.worker_id]
             if call.message is not None and target is not None:
                 self._call(target, call.worker_id, call.message)
+                self.resent += 1
 
     def _restart(self, lost: _Actor, served: list[int], calls: list[_Call]) -> None:
         actor = self._start_actor(lost.worker_id)
@@ -213,10 +215,12 @@ class RayPool:
             for message in self._history[lost.worker_id]:
                 replay = id(message) not in unanswered
                 self._call(actor, lost.worker_id, message, replay=replay)
+                self.resent += not replay
             return
         for call in calls:
             if call.message is not None:
                 self._call(actor, call.worker_id, call.message)
+                self.resent += 1
 
     def _served_by(self, actor: _Actor) -> set[int]:
         return {worker_id for worker_id, a in enumerate(self._serving) if a is actor}
