@@ -50,7 +50,7 @@ class RayCluster:
             },
         )
         self.cluster.add_node(**NODE_ARGS, resources={"worker_slot": 1})
-        # The node test_ray_faults kills. Added now: adding a node after one was removed
+        # The node test_ray_workers_faults kills. Added now: adding a node after one was removed
         # can hang in Ray's GCS client (seen with ray 2.60.0 here), so no test adds one.
         self.doomed = self.cluster.add_node(**NODE_ARGS, resources={"worker_slot": 1})
         ray.init(address=self.cluster.address, log_to_driver=False)

@@ -152,3 +152,34 @@ def test_tensor_batches_view_the_object_store(ray_cluster: Any) -> None:
     assert [b[:, 0, 0, 0].tolist() for b in batches] == [[0, 1, 2], [3, 4, 5]]
     batches[0] += 1  # writable, like a slab view
     assert batches[0][:, 0, 0, 0].tolist() == [1, 2, 3]
+
+
+def test_datapipe_sharding_across_actors_matches_process_workers(ray_cluster: Any) -> None:
+    from conveyor.datapipes.iter import IterableWrapper
+
+    def graph() -> Any:
+        return IterableWrapper(range(22)).shuffle().sharding_filter().map(_double)
+
+    options = {"batch_size": 4, "num_workers": 2}
+    ours = [b.tolist() for b in _epoch("ray", graph(), **options)]
+    reference = [b.tolist() for b in _epoch("process", graph(), **options)]
+    assert ours == reference
+    assert sorted(i for b in ours for i in b) == [2 * i for i in range(22)]
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def test_stats_count_each_actors_busy_time_and_bytes(ray_cluster: Any) -> None:
+    class Images(Range):
+        def __getitem__(self, i: int) -> torch.Tensor:  # type: ignore[override]
+            return torch.zeros((3, 16, 16), dtype=torch.uint8)
+
+    loader = _loader("ray", Images(8), batch_size=2, num_workers=2)
+    assert len(list(loader)) == 4
+    stats = loader.stats()
+    assert stats.batches == 4 and stats.samples == 8
+    assert sorted(w.worker_id for w in stats.workers) == [0, 1]
+    assert all(w.batches == 2 and w.busy_s > 0 for w in stats.workers)
+    assert stats.bytes_moved == 4 * 2 * 3 * 16 * 16  # every batch, through the object store
