@@ -69,7 +69,7 @@ def test_loader_attributes_live_in_the_options() -> None:
 
 
 def test_worker_kinds_come_from_one_factory() -> None:
-    assert set(WORKER_KINDS) == {"process", "thread"}
+    assert set(WORKER_KINDS) == {"process", "thread", "ray"}
     assert isinstance(worker_kind("process"), ProcessWorkers)
     assert resolve_worker_type(None, "thread") == "thread"
     with pytest.raises(ValueError, match="worker_type should be one of"):
