@@ -38,7 +38,9 @@ from conveyor.state.loader_state import (
     Resume,
     check_generator,
     check_version,
+    next_epoch_resume,
 )
+from conveyor.state.protocol import has_state
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -352,11 +354,17 @@ class DataLoader(TorchDataLoader[T_co]):
             return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
-        return {
+        state: LoaderStateDict = {
             "version": STATE_VERSION,
             "in_epoch": False,
             "generator": self.generator.get_state() if self.generator is not None else None,
         }
+        # a sampler that draws from its own generator (torchdata's RandomSampler) says
+        # where the next epoch starts; others start each epoch afresh
+        next_epoch_state = getattr(self._index_sampler, "next_epoch_state", None)
+        if callable(next_epoch_state):
+            state["sampler"] = next_epoch_state()
+        return state
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
         """Make the next ``iter(loader)`` continue from ``state_dict``.
@@ -377,7 +385,11 @@ class DataLoader(TorchDataLoader[T_co]):
             saved = state_dict.get("generator")
             if saved is not None and self.generator is not None:
                 self.generator.set_state(saved)
+            if state_dict.get("sampler") is not None and has_state(self._index_sampler):
+                self._index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
             self._resume = None
+            if self._options.data.iterable_style:  # streams' states at the epoch's end
+                self._resume = next_epoch_resume(state_dict, self.num_workers, world_and_rank())
         else:
             self._resume = Resume(state_dict)
         if isinstance(self._iterator, MultiWorkerIterator):

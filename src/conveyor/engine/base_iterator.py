@@ -229,6 +229,31 @@ class LoaderIterator:
     def _next_data(self) -> Any:
         raise NotImplementedError
 
+    _ended_early = False
+
+    def _stream_end(self) -> dict[str, Any] | None:
+        """Streams: ``{"dataset": ...}`` or ``{"workers": ...}``, each stream's state at
+        the end of the epoch, for a checkpoint taken before the next; None if stateless."""
+        return None
+
+    def _keep_stream_end(self) -> None:
+        """Hand the loader the between-epochs checkpoint, streams' end states included."""
+        keep = self.keep_state_when_dropped
+        if keep is None or not self._data.iterable_style or self._ended_early:
+            return
+        end = self._stream_end()
+        if end is None:
+            return
+        generator = self._data.generator
+        state: LoaderStateDict = {
+            "version": STATE_VERSION,
+            "in_epoch": False,
+            "generator": generator.get_state() if generator is not None else None,
+            "topology": {"world_size": self.world[0], "rank": self.world[1]},
+        }
+        state.update(end)  # type: ignore[typeddict-item]
+        keep(state)
+
     def __next__(self) -> Any:
         clock = self.clock
         entered = clock.enter()
@@ -242,6 +267,7 @@ class LoaderIterator:
             if not self.finished:
                 self.finished = True
                 self._skips.report()
+                self._keep_stream_end()
             raise
         clock.leave(entered, self._batch_samples)
         self._num_yielded += 1
@@ -257,6 +283,7 @@ class LoaderIterator:
             data, has = None, False
         if not all_ranks_have(has):
             if has:
+                self._ended_early = True  # streams stopped mid-way: no end state to keep
                 self._end_epoch_early()
             raise StopIteration
         return data

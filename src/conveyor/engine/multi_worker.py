@@ -28,6 +28,7 @@ from conveyor.state.loader_state import (
     LoaderStateDict,
     Resume,
     StreamResume,
+    WorkerStreams,
     stream_resume_for,
 )
 
@@ -196,6 +197,7 @@ class MultiWorkerIterator(LoaderIterator):
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages
         if reply.status == msg.END:
+            self._delivery.ended(worker_id, None if info is None else info.stream_state)
             self._retire(worker_id, reply.task_id)
             return
         self._buffer.put(reply.task_id, reply)
@@ -243,6 +245,22 @@ class MultiWorkerIterator(LoaderIterator):
             state["yielded"] = delivery.watermark
             state["delivered_ahead"] = sorted(delivery.ahead)
         return state
+
+    def _stream_end(self) -> dict[str, Any] | None:
+        if not self._worker_options.persistent_workers:
+            return None  # the next epoch's workers start from the dataset as built, again
+        states = self._delivery.final_states()
+        if all(state is None for state in states):
+            return None
+        num_workers = self._worker_options.num_workers
+        workers: WorkerStreams = {
+            "num_workers": num_workers,
+            "states": states,
+            "counts": [0] * num_workers,
+            "active": [True] * num_workers,
+            "next_worker": 0,
+        }
+        return {"workers": workers}
 
     def _next_worker_to_deliver(self) -> int:
         """The worker whose batch comes next in delivery order (in_order round-robin)."""

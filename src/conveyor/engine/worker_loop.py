@@ -20,7 +20,6 @@ from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
-from conveyor.state.protocol import has_state
 
 __all__ = ["run_worker"]
 
@@ -80,11 +79,11 @@ def run_worker(
     try:
         dataset = _prepare(setup, worker_id)
         fetcher = make_fetcher(setup.fetch, dataset)
-        ended = _resume_stream(setup, worker_id, dataset, fetcher)
+        ended = _resume_stream(setup, worker_id, fetcher)
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    stateful = setup.fetch.iterable_style and has_state(dataset)
+    stateful = setup.fetch.iterable_style
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
         if isinstance(message, StartEpoch):
@@ -99,18 +98,18 @@ def run_worker(
             continue
         if ended:
             continue  # tasks queued before the main process learnt of the end get no answer
-        reply = _answer(message, fetcher, dataset if stateful else None, timers, where)
+        reply = _answer(message, fetcher, stateful, timers, where)
         ended = reply.status == msg.END
         send(reply)
 
 
-def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where: str) -> Reply:
-    """Fetch one task. ``stateful`` is the dataset whose state follows each batch, or None."""
+def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where: str) -> Reply:
+    """Fetch one task. ``stateful``: a stream, whose state follows each batch."""
     started = time.perf_counter()
     try:
         with skip_sink().forwarded():  # the main process warns once for the whole loader
             data = fetcher.fetch(task.request)
-        state = pickle.dumps(stateful.state_dict()) if stateful is not None else None
+        state = _stream_state(fetcher) if stateful else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
         info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
@@ -120,7 +119,9 @@ def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where:
         return Reply(task.task_id, msg.SKIPPED, None, info)
     except StopIteration:
         # what the stream skipped before it ended still reaches the main process's ledger
-        info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
+        # a stream's state after its end goes with END: a dataset may count its epochs
+        state = _stream_state(fetcher) if stateful else None
+        info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), None)
         if isinstance(fetcher, IterableFetcher):
             return Reply(task.task_id, msg.END, None, info)
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
@@ -129,14 +130,19 @@ def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where:
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
 
 
-def _resume_stream(setup: WorkerSetup, worker_id: int, dataset: Any, fetcher: Fetcher) -> bool:
+def _stream_state(fetcher: Fetcher) -> bytes | None:
+    captured = fetcher.state() if isinstance(fetcher, IterableFetcher) else None
+    return None if captured is None else pickle.dumps(captured)
+
+
+def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool:
     """Put this worker's stream where the checkpoint left it; True if it had ended."""
     streams = setup.streams
     if streams is None:
         return False
     state = streams.states[worker_id]
-    if state is not None and has_state(dataset):
-        dataset.load_state_dict(pickle.loads(state))
+    if state is not None and isinstance(fetcher, IterableFetcher):
+        fetcher.restore(pickle.loads(state))
     for _ in range(streams.skips[worker_id]):
         try:
             fetcher.fetch(setup.fetch.replay_request)

@@ -13,11 +13,13 @@ replay a map-style epoch and skip what was delivered.
 from __future__ import annotations
 
 import base64
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from conveyor.state import stream_state
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict
 from conveyor.stateful_dataloader.sampler import RandomSampler
 
@@ -59,9 +61,16 @@ def _state_of(sampler: object) -> Any:
 
 
 def torchdata_view(
-    ours: LoaderStateDict, index_sampler: object, num_workers: int
+    ours: LoaderStateDict, index_sampler: object, num_workers: int, iterable_style: bool
 ) -> dict[str, Any]:
-    """torchdata's top-level keys for conveyor's state (what frameworks read and adjust)."""
+    """torchdata's keys for conveyor's state (what frameworks and users' tests read).
+
+    Read-only: resuming goes through conveyor's own state. With workers, torchdata's
+    ``_snapshot`` holds each worker's dataset and iterator state; the single-process keys
+    stay at the top too (accelerate adjusts ``_num_yielded`` there), except
+    ``dataset_state`` and ``fetcher_state``, whose presence tells torchdata's readers
+    that there are no workers.
+    """
     yielded = int(ours.get("yielded", 0)) if ours.get("in_epoch") else 0
     sampler_state = _state_of(index_sampler) if ours.get("in_epoch") else None
     view: dict[str, Any] = {
@@ -71,13 +80,65 @@ def torchdata_view(
         "_num_yielded": yielded,
         "_IterableDataset_len_called": None,
         "_shared_seed": ours.get("shared_seed"),
-        "fetcher_state": None,
-        "dataset_state": None,
         "_iterator_finished": not ours.get("in_epoch", False),
     }
-    if num_workers:
-        view["_num_workers"] = num_workers
+    if not num_workers:
+        dataset_state, iterator_state = stream_state.parts(ours.get("dataset"))
+        view["dataset_state"] = dataset_state
+        view["fetcher_state"] = _fetcher_state(iterable_style, iterator_state, ended=False)
+        return view
+    view["_num_workers"] = num_workers
+    main = {key: view[key] for key in _MAIN_KEYS}
+    main.update(_num_workers=num_workers, _base_seed=ours.get("base_seed"))
+    view["_snapshot"] = {
+        "_snapshot_step": yielded,
+        "_last_yielded_worker_id": _last_worker(ours, num_workers),
+        "_main_snapshot": main,
+        "_worker_snapshots": _worker_snapshots(ours, num_workers, iterable_style),
+    }
+    view["_steps_since_snapshot"] = 0
     return view
+
+
+_MAIN_KEYS = (
+    "_sampler_iter_state",
+    "_index_sampler_state",
+    "_sampler_iter_yielded",
+    "_IterableDataset_len_called",
+    "_shared_seed",
+)
+
+
+def _fetcher_state(iterable_style: bool, iterator_state: Any, ended: bool) -> Any:
+    if not iterable_style:
+        return None
+    return {"dataset_iter_state": iterator_state, "fetcher_ended": ended}
+
+
+def _last_worker(ours: LoaderStateDict, num_workers: int) -> int:
+    workers = ours.get("workers")
+    if workers:
+        return (int(workers["next_worker"]) - 1) % num_workers
+    return (int(ours.get("yielded", 0)) - 1) % num_workers
+
+
+def _worker_snapshots(
+    ours: LoaderStateDict, num_workers: int, iterable_style: bool
+) -> dict[str, Any]:
+    workers = ours.get("workers")
+    snapshots: dict[str, Any] = {}
+    for worker_id in range(num_workers):
+        blob = workers["states"][worker_id] if workers else None
+        ended = not workers["active"][worker_id] if workers else False
+        dataset_state, iterator_state = stream_state.parts(
+            None if blob is None else pickle.loads(blob)
+        )
+        snapshots[f"worker_{worker_id}"] = {
+            "worker_id": worker_id,
+            "dataset_state": dataset_state,
+            "fetcher_state": _fetcher_state(iterable_style, iterator_state, ended),
+        }
+    return snapshots
 
 
 def from_torchdata(state: Mapping[str, Any], loader: Any) -> LoaderStateDict:
