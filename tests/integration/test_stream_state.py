@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 
 import conveyor
 from conveyor import DataLoader
@@ -245,3 +246,59 @@ def test_stateful_dataloader_publishes_torchdata_worker_snapshots() -> None:
     one = iter(single)
     next(one)
     assert single.state_dict()["fetcher_state"]["dataset_iter_state"]["position"] == 2
+
+
+class DrawsInGetitem(conveyor.Dataset[tuple[int, int]]):
+    """A map-style dataset with state of its own: an RNG ``__getitem__`` draws from (the
+    augmentation pattern), checkpointed through its state_dict()."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.generator = torch.Generator().manual_seed(7)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return index, int(torch.randint(1000, (1,), generator=self.generator))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+
+# thread workers share one dataset object (and its generator): draws interleave as the
+# threads run, uninterrupted or not, so only process workers have a per-worker state
+@pytest.mark.parametrize(("num_workers", "worker_type"), [(0, "process"), (2, "process")])
+@pytest.mark.parametrize("step", [0, 1, 4])
+def test_a_map_style_dataset_resumes_with_its_own_state_in_each_worker(
+    num_workers: int, worker_type: str, step: int
+) -> None:
+    def make() -> DataLoader[Any]:
+        return _loader(DrawsInGetitem(30), num_workers, worker_type)
+
+    whole = _flat(list(make()))
+    loader = make()
+    epoch = iter(loader)
+    head = [next(epoch) for _ in range(step)]
+    state = loader.state_dict()
+    del epoch
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert _flat(head) + _flat(list(resumed)) == whole  # indices and draws alike
+
+
+def test_a_map_style_dataset_state_on_another_worker_count_warns_and_stays_exact() -> None:
+    loader = _loader(DrawsInGetitem(30), 2, "process")
+    epoch = iter(loader)
+    head = [next(epoch) for _ in range(3)]
+    state = loader.state_dict()
+    del epoch
+    resumed = _loader(DrawsInGetitem(30), 1, "process")
+    resumed.load_state_dict(state)
+    with pytest.warns(UserWarning, match="2 workers.*this loader's 1"):
+        rest = list(resumed)
+    indices = [i for i, _ in _flat(head) + _flat(rest)]
+    assert indices == list(range(30))  # the samples are still exactly the rest of the epoch

@@ -13,6 +13,7 @@ from typing import Any
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state import stream_state
+from conveyor.state.protocol import has_state
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ class MapFetcher:
         self._collate_fn = collate_fn
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
         self.last_count = 0  # samples in the last batch fetched
+
+    def state(self) -> Any:
+        """The dataset's own state (an RNG it draws from, say); None if it has none."""
+        return self._dataset.state_dict() if has_state(self._dataset) else None
+
+    def restore(self, state: Any) -> bool:
+        if state is None or not has_state(self._dataset):
+            return False
+        self._dataset.load_state_dict(state)
+        return True
 
     def fetch(self, request: Any) -> Any:
         self.last_count = len(request) if self._auto_collation else 1

@@ -29,8 +29,10 @@ from conveyor.state.loader_state import (
     Resume,
     StreamResume,
     WorkerStreams,
+    map_dataset_resume,
     stream_resume_for,
 )
+from conveyor.state.protocol import has_state
 
 __all__ = ["MultiWorkerIterator"]
 
@@ -45,9 +47,17 @@ class MultiWorkerIterator(LoaderIterator):
     ):
         super().__init__(plan, len_hint, resume)
         self._worker_options = workers = self._options.workers
-        streams = stream_resume_for(
-            self._data.iterable_style, workers.num_workers, resume, self.world
+        # a map-style dataset with state_dict(): its state in each worker is checkpointed
+        # too (in_order only: out of order, tasks do not go round the workers in turn)
+        self._map_states = (
+            not self._data.iterable_style and workers.in_order and has_state(self._data.dataset)
         )
+        if self._data.iterable_style:
+            streams = stream_resume_for(True, workers.num_workers, resume, self.world)
+        elif self._map_states:
+            streams = map_dataset_resume(workers.num_workers, resume, self.world)
+        else:
+            streams = None
         self._setup = WorkerSetup(
             fetch=self._options.fetch_spec(),
             workers=workers,
@@ -229,7 +239,7 @@ class MultiWorkerIterator(LoaderIterator):
     def _epoch_state(self) -> LoaderStateDict:
         state = super()._epoch_state()
         delivery = self._delivery
-        if self._data.iterable_style:
+        if self._data.iterable_style or self._map_states:
             state["workers"] = {
                 "num_workers": self._worker_options.num_workers,
                 "states": list(delivery.states),

@@ -30,6 +30,8 @@ class SingleProcessIterator(LoaderIterator):
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
+        elif resume is not None and resume.state.get("dataset") is not None:
+            self._fetcher.restore(resume.state["dataset"])  # a map-style dataset's own state
         if isinstance(self._fetcher, IterableFetcher):
             self._fetcher.start()  # iter(dataset) now, as torch: its state is the epoch's start
         if hooks.stage_timers is not None:
@@ -53,10 +55,9 @@ class SingleProcessIterator(LoaderIterator):
 
     def _epoch_state(self) -> LoaderStateDict:
         state = super()._epoch_state()
-        if isinstance(self._fetcher, IterableFetcher):
-            captured = self._fetcher.state()
-            if captured is not None:
-                state["dataset"] = captured
+        captured = self._fetcher.state()
+        if captured is not None:
+            state["dataset"] = captured
         return state
 
     def _stream_end(self) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
+from conveyor.state.protocol import has_state
 
 __all__ = ["run_worker"]
 
@@ -83,7 +84,8 @@ def run_worker(
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    stateful = setup.fetch.iterable_style
+    # a stream's state, or a map-style dataset's own, follows each batch to the main process
+    stateful = setup.fetch.iterable_style or has_state(dataset)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
         if isinstance(message, StartEpoch):
@@ -131,7 +133,7 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
 
 
 def _stream_state(fetcher: Fetcher) -> bytes | None:
-    captured = fetcher.state() if isinstance(fetcher, IterableFetcher) else None
+    captured = fetcher.state()
     return None if captured is None else pickle.dumps(captured)
 
 
@@ -141,7 +143,7 @@ def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool
     if streams is None:
         return False
     state = streams.states[worker_id]
-    if state is not None and isinstance(fetcher, IterableFetcher):
+    if state is not None:
         fetcher.restore(pickle.loads(state))
     for _ in range(streams.skips[worker_id]):
         try:

@@ -230,6 +230,39 @@ def stream_resume_for(
     )
 
 
+def map_dataset_resume(
+    num_workers: int, resume: Resume | None, world: tuple[int, int] = (1, 0)
+) -> StreamResume | None:
+    """A map-style dataset's own state per worker (an RNG ``__getitem__`` draws from):
+    each worker loads its own, and tasks go round the workers from where they stopped.
+
+    On another topology no worker's state is its own: they are dropped with a warning (the
+    samples are still exactly the rest of the epoch; only the dataset's state is fresh).
+    """
+    if resume is None or not resume.state.get("in_epoch"):
+        return None
+    state = resume.state
+    workers = state.get("workers")
+    if not workers:
+        return None
+    saved = saved_topology(state)
+    if saved != (num_workers, *world):
+        warnings.warn(
+            "this checkpoint holds the dataset's own state (state_dict()) of each of "
+            f"{saved[0]} workers, which do not map onto this loader's {num_workers}: the "
+            "rest of the epoch is exact, but each worker's dataset starts from its state as "
+            "built",
+            stacklevel=4,
+        )
+        return None
+    return StreamResume(
+        states=tuple(workers["states"]),
+        counts=(0,) * num_workers,
+        active=(True,) * num_workers,
+        next_worker=int(workers["next_worker"]),
+    )
+
+
 def saved_topology(state: LoaderStateDict) -> tuple[int, int, int]:
     """``(num_workers, world_size, rank)`` of the loader that took a checkpoint."""
     topology = state.get("topology") or {}
