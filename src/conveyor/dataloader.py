@@ -14,7 +14,11 @@ import torch
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.dataset import Dataset
-from conveyor.distributed import RankCollectives, world_and_rank
+from conveyor.distributed import (
+    RankCollectives,
+    warn_if_sampler_does_not_shard,
+    world_and_rank,
+)
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
@@ -275,6 +279,9 @@ class DataLoader(TorchDataLoader[T_co]):
         """DataPipe graphs: shard and seed per worker and rank; fullsync's collective."""
         all_ranks_have = self._collectives.all_have if self.fullsync else None
         dataset = self.dataset
+        if not self._options.data.iterable_style and not self._warned_unsharded:
+            self._warned_unsharded = True
+            warn_if_sampler_does_not_shard(self._index_sampler, world_and_rank()[0])
         if not isinstance(dataset, IterDataPipe):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
