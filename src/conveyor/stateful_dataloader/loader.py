@@ -84,8 +84,8 @@ class StatefulDataLoader(DataLoader[T_co]):
         view = torchdata_view(
             ours, self._index_sampler, self.num_workers, self._options.data.iterable_style
         )
-        view[CONVEYOR_KEY] = to_json(ours)
-        encoded: dict[str, Any] = to_json(view)
+        view[CONVEYOR_KEY] = ours
+        encoded: dict[str, Any] = to_json(view)  # one walk over everything
         return encoded
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import pickle
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,17 +29,42 @@ __all__ = ["CONVEYOR_KEY", "from_json", "from_torchdata", "to_json", "torchdata_
 CONVEYOR_KEY = "_conveyor"
 _TENSOR = "__tensor__"
 _BYTES = "__bytes__"
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+class _TensorLists:
+    """The list form of the few tensors a checkpoint repeats (an epoch's generator state,
+    5,056 bytes, in every step's state): converted once, copied after."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[weakref.ref[torch.Tensor], int, list[Any]]] = {}
+
+    def of(self, tensor: torch.Tensor) -> list[Any]:
+        key = id(tensor)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0]() is tensor and hit[1] == tensor._version:
+            return list(hit[2])
+        values: list[Any] = tensor.tolist()
+        if len(self._cache) >= 16:
+            self._cache.clear()
+        self._cache[key] = (weakref.ref(tensor), tensor._version, values)
+        return list(values)
+
+
+_tensor_lists = _TensorLists()
 
 
 def to_json(value: Any) -> Any:
     """``value`` with tensors and bytes spelled in JSON types (reversible by `from_json`)."""
     if isinstance(value, torch.Tensor):
-        return {_TENSOR: value.tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+        return {_TENSOR: _tensor_lists.of(value), "dtype": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, bytes):
         return {_BYTES: base64.b64encode(value).decode("ascii")}
     if isinstance(value, Mapping):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
+        if all(type(item) in _SCALARS for item in value):
+            return list(value)  # e.g. a generator's state as 5,056 ints: no call per item
         return [to_json(item) for item in value]
     return value
 
