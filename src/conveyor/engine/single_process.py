@@ -9,6 +9,7 @@ from typing import Any
 from conveyor.collate import set_output_allocator
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
+from conveyor.engine.placed import is_placed, place
 from conveyor.engine.plan import LoadPlan
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
@@ -26,6 +27,8 @@ class SingleProcessIterator(LoaderIterator):
         if hooks.prepare_graph is not None:
             dataset = hooks.prepare_graph(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
+        if is_placed(dataset):  # the one consumer: every position of this rank
+            place(dataset, 0, 1, self.world, self._data.samples_per_request)
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
         if resume is not None and self._data.iterable_style:

@@ -14,7 +14,15 @@ from typing import Any
 
 from conveyor.engine import messages as msg
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, MapFetcher, make_fetcher
-from conveyor.engine.messages import BatchInfo, Reply, StartEpoch, Task
+from conveyor.engine.messages import (
+    BatchInfo,
+    DatasetControl,
+    Reply,
+    StartEpoch,
+    Task,
+    WorkerMessage,
+)
+from conveyor.engine.placed import is_placed, place
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
@@ -33,6 +41,8 @@ def _prepare(setup: WorkerSetup, worker_id: int) -> Any:
     seed = kind.seed(seeds.base_seed, worker_id)
     dataset = kind.own_dataset(setup.fetch.dataset)
     dataset = _prepared_graph(setup, dataset, worker_id, seeds.shared_seed)
+    if is_placed(dataset):
+        place(dataset, worker_id, workers.num_workers, setup.world, setup.fetch.samples_per_request)
     rng = WorkerRandom.seeded(seed, numpy_seed_state(seeds.base_seed, worker_id))
     kind.publish(WorkerInfo(worker_id, workers.num_workers, seed, dataset, kind.name, rng))
     if workers.worker_init_fn is not None:
@@ -72,7 +82,7 @@ class _Timers:
 def run_worker(
     setup: WorkerSetup,
     worker_id: int,
-    receive: Callable[[], Task | StartEpoch | None],
+    receive: Callable[[], WorkerMessage | None],
     send: Callable[[Reply], None],
 ) -> None:
     """Serve tasks until told to stop. Never raises for errors in user code."""
@@ -88,6 +98,9 @@ def run_worker(
     stateful = setup.fetch.iterable_style or has_state(dataset)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
+        if isinstance(message, DatasetControl):
+            dataset.apply_control(message.payload)  # before the next task, as promised
+            continue
         if isinstance(message, StartEpoch):
             if setup.prepare_graph is not None:
                 dataset = _prepared_graph(
