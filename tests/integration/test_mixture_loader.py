@@ -161,3 +161,26 @@ def test_torchs_loader_with_several_workers_is_refused() -> None:
     loader = torch_data.DataLoader(make_mixture("never"), batch_size=4, num_workers=2)
     with pytest.raises(RuntimeError, match="num_workers > 1"):
         list(itertools.islice(loader, 3))
+
+
+@pytest.mark.parametrize(("num_workers", "worker_type"), [(0, "process"), (2, "process")])
+def test_a_checkpoint_between_epochs_keeps_the_weights_in_force(
+    num_workers: int, worker_type: str
+) -> None:
+    """The next epoch is a new run from position 0 with the weights set during the last
+    one: a job resumed from a checkpoint taken between epochs uses them too, not the
+    weights the mixture was built with."""
+    loader = mixture_loader(num_workers, worker_type, stop_on="all_exhausted")
+    epoch = iter(loader)
+    list(itertools.islice(epoch, 2))
+    loader.dataset.set_weights(NEW_WEIGHTS)  # type: ignore[attr-defined]
+    list(epoch)
+    state = loader.state_dict()
+    second = flat(loader)
+
+    resumed = mixture_loader(3 - num_workers, "thread", stop_on="all_exhausted")
+    resumed.load_state_dict(state)
+    assert flat(resumed) == second
+    direct = make_mixture("all_exhausted")
+    direct.set_weights(NEW_WEIGHTS, position=0)
+    assert second == list(direct)

@@ -259,9 +259,9 @@ class LoaderIterator:
         keep = self.keep_state_when_dropped
         if keep is None or not self._data.iterable_style or self._ended_early:
             return
-        if self._placed_run is not None:
-            return  # the next epoch is a new run from position 0
         end = self._stream_end()
+        if self._placed_run is not None:  # a new run from position 0, with today's weights
+            end = {"elastic": self._data.dataset.next_run_state()}
         if end is None:
             return
         generator = self._data.generator

@@ -211,6 +211,17 @@ class Mixture(IterableDataset[Any]):
         if self._run is not None:
             self._run.follow(self._schedule)
 
+    def next_run_state(self) -> dict[str, Any]:
+        """The checkpoint of the next run (position 0) with the weights in force now: what
+        a loader keeps between epochs, so a resumed job does not fall back to the weights
+        the mixture was built with."""
+        current = Schedule(self._initial)
+        current.change(0, self._schedule.rates)
+        vectors, changes = history_to_state(current, self._initial)
+        state = self.state_at(0)
+        state.update(vectors=vectors, changes=changes)
+        return state
+
     def state_at(self, position: int) -> dict[str, Any]:
         """The checkpoint of the whole loader's run at global ``position`` (its workers each
         hold a part): any topology resumes it; stream sources are read up to their counts."""

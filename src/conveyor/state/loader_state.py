@@ -368,10 +368,11 @@ def next_epoch_resume(
     On another topology the states (one per old worker) fit no new worker: they are
     dropped with a warning, and the next epoch starts from the datasets as built.
     """
-    if state.get("dataset") is None and not state.get("workers"):
+    elastic = state.get("elastic")  # e.g. a Mixture's next run: any topology takes it
+    if state.get("dataset") is None and not state.get("workers") and elastic is None:
         return None
     saved = saved_topology(state)
-    if saved != (num_workers, *world):
+    if elastic is None and saved != (num_workers, *world):
         names = ("num_workers", "world_size", "rank")
         field, before, after = next(
             (n, b, a) for n, b, a in zip(names, saved, (num_workers, *world), strict=True) if b != a
@@ -397,4 +398,6 @@ def next_epoch_resume(
         "workers": state.get("workers"),
         "topology": state.get("topology"),
     }
+    if elastic is not None:
+        start["elastic"] = elastic
     return Resume(start)
