@@ -14,7 +14,11 @@ import torch
 from conveyor.collate import default_collate, default_convert
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.dataset import Dataset
-from conveyor.distributed import RankCollectives, world_and_rank
+from conveyor.distributed import (
+    RankCollectives,
+    warn_if_sampler_does_not_shard,
+    world_and_rank,
+)
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
@@ -38,7 +42,9 @@ from conveyor.state.loader_state import (
     Resume,
     check_generator,
     check_version,
+    next_epoch_resume,
 )
+from conveyor.state.protocol import has_state
 from conveyor.stats.counters import LoaderStats, StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -286,6 +292,9 @@ class DataLoader(TorchDataLoader[T_co]):
         """DataPipe graphs: shard and seed per worker and rank; fullsync's collective."""
         all_ranks_have = self._collectives.all_have if self.fullsync else None
         dataset = self.dataset
+        if not self._options.data.iterable_style and not self._warned_unsharded:
+            self._warned_unsharded = True
+            warn_if_sampler_does_not_shard(self._index_sampler, world_and_rank()[0])
         if not isinstance(dataset, IterDataPipe):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
@@ -365,11 +374,17 @@ class DataLoader(TorchDataLoader[T_co]):
             return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
-        return {
+        state: LoaderStateDict = {
             "version": STATE_VERSION,
             "in_epoch": False,
             "generator": self.generator.get_state() if self.generator is not None else None,
         }
+        # a sampler that draws from its own generator (torchdata's RandomSampler) says
+        # where the next epoch starts; others start each epoch afresh
+        next_epoch_state = getattr(self._index_sampler, "next_epoch_state", None)
+        if callable(next_epoch_state):
+            state["sampler"] = next_epoch_state()
+        return state
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
         """Make the next ``iter(loader)`` continue from ``state_dict``.
@@ -390,7 +405,11 @@ class DataLoader(TorchDataLoader[T_co]):
             saved = state_dict.get("generator")
             if saved is not None and self.generator is not None:
                 self.generator.set_state(saved)
+            if state_dict.get("sampler") is not None and has_state(self._index_sampler):
+                self._index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
             self._resume = None
+            if self._options.data.iterable_style:  # streams' states at the epoch's end
+                self._resume = next_epoch_resume(state_dict, self.num_workers, world_and_rank())
         else:
             self._resume = Resume(state_dict)
         if isinstance(self._iterator, MultiWorkerIterator):

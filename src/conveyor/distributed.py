@@ -7,6 +7,7 @@ torch's for the same arguments.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Sized
 from typing import Any, TypeVar, cast
 
@@ -191,3 +192,34 @@ class RankCollectives:
         value = torch.tensor([int(has_batch)], dtype=torch.int64)
         dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self._world_group())
         return bool(value.item())
+
+
+# Attributes by which samplers that split a dataset between ranks are known: torch's and
+# conveyor's DistributedSampler (num_replicas), accelerate's BatchSamplerShard
+# (num_processes). Wrappers (BatchSampler, accelerate's SkipBatchSampler) are looked into.
+_SHARDING_ATTRIBUTES = ("num_replicas", "num_processes")
+_WRAPPED_SAMPLER_ATTRIBUTES = ("sampler", "batch_sampler")
+
+
+def shards_by_rank(sampler: object, depth: int = 4) -> bool:
+    """Whether ``sampler`` (or one it wraps) gives each rank its own part of the data."""
+    if any(hasattr(sampler, name) for name in _SHARDING_ATTRIBUTES):
+        return True
+    if depth == 0:
+        return False
+    inner = (getattr(sampler, name, None) for name in _WRAPPED_SAMPLER_ATTRIBUTES)
+    return any(shards_by_rank(x, depth - 1) for x in inner if x is not None and x is not sampler)
+
+
+def warn_if_sampler_does_not_shard(index_sampler: object, world_size: int) -> None:
+    """Under torch.distributed with several ranks, a map-style loader whose sampler does
+    not split by rank makes every rank train on the whole dataset, silently."""
+    if world_size <= 1 or shards_by_rank(index_sampler):
+        return
+    warnings.warn(
+        f"this DataLoader runs under torch.distributed with world_size={world_size}, but its "
+        f"sampler ({type(getattr(index_sampler, 'sampler', index_sampler)).__name__}) does "
+        "not split the dataset by rank: every rank loads every sample. Pass "
+        "sampler=conveyor.DistributedSampler(dataset) (or let your framework inject one)",
+        stacklevel=4,
+    )

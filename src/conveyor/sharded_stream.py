@@ -168,7 +168,10 @@ class _Cursor(Generic[S, T]):
         self._consumers, self._consumer = consumers, consumer
         self.index = index
         self._resume_offset = offset
-        self.offset = 0 if offset is None else offset
+        if offset is None:  # before the first read: where the first entry's reading starts
+            first = next(iter(self._pending.share(consumer, consumers, index)), None)
+            offset = 0 if first is None else int(first[1])
+        self.offset = offset
 
     def state(self) -> ConsumerProgress:
         return consumer_progress(

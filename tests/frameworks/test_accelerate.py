@@ -55,6 +55,7 @@ def test_prepare_keeps_conveyors_engine_in_one_process(tmp_path: Path) -> None:
     assert record["seen"] == list(range(64))
     assert record["stats_samples"] == 64  # conveyor's counters: its engine did the loading
     assert record["after_skip"] == list(range(8, 64))
+    assert record["resumed"] == list(range(64))  # save_state, load_state, skip: exact
 
 
 def test_two_processes_get_their_shares(tmp_path: Path) -> None:
@@ -66,3 +67,4 @@ def test_two_processes_get_their_shares(tmp_path: Path) -> None:
     assert sorted(seen[0] + seen[1]) == list(range(64))
     for record in records:
         assert record["after_skip"] == record["seen"][8:]
+        assert record["resumed"] == record["seen"]

@@ -140,3 +140,17 @@ def test_stateful_sampler_inside_a_loader_resumes() -> None:
     resumed = make()
     resumed.load_state_dict(state)
     assert head + [b.tolist() for b in resumed] == reference
+
+
+def test_state_dict_json_form_is_fresh_each_call_and_follows_tensor_changes() -> None:
+    """The list form of a repeated tensor is cached: each state still owns its lists, and
+    a tensor changed in place is converted again."""
+    from conveyor.stateful_dataloader.torchdata_state import to_json
+
+    tensor = torch.arange(6, dtype=torch.uint8)
+    first, second = to_json({"g": tensor}), to_json({"g": tensor})
+    assert first == second and first["g"]["__tensor__"] is not second["g"]["__tensor__"]
+    first["g"]["__tensor__"].append(99)  # a user editing one state leaves the next alone
+    assert to_json({"g": tensor})["g"]["__tensor__"] == [0, 1, 2, 3, 4, 5]
+    tensor[0] = 7
+    assert to_json({"g": tensor})["g"]["__tensor__"][0] == 7

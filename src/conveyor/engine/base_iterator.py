@@ -9,6 +9,7 @@ from typing import Any
 
 from conveyor.distributed import world_and_rank
 from conveyor.engine.pin_thread import warn_unpinnable
+from conveyor.engine.placed import PlacedRun, is_placed
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
@@ -106,6 +107,16 @@ class LoaderIterator:
         self._batch_samples = 0  # samples in the batch _next_data returned last
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
+        self._placed_run = self._placed_epoch(resume)
+
+    def _placed_epoch(self, resume: Resume | None) -> PlacedRun | None:
+        """A dataset whose positions the loader splits (`conveyor.engine.placed`)."""
+        data = self._data
+        if not (data.iterable_style and is_placed(data.dataset)):
+            return None
+        saved = resume.state.get("elastic") if resume is not None else None
+        start = int(saved["position"]) if isinstance(saved, dict) else 0
+        return PlacedRun(start, self._num_yielded, data.samples_per_request, self.world[0])
 
     def _rebatch_point(self, resume: Resume) -> int | None:
         """Samples to skip when the checkpoint's batches are not this loader's (its
@@ -152,6 +163,12 @@ class LoaderIterator:
     def state_dict(self) -> LoaderStateDict:
         """Where the user is in this epoch: cheap (no copies), called between batches."""
         state = self._epoch_state()
+        placed = self._placed_run
+        if placed is not None:  # one position for the whole run: any topology resumes it
+            position = placed.position(self._num_yielded)
+            state["elastic"] = self._data.dataset.state_at(position)
+            state["workers"] = None
+            state["dataset"] = None
         state["fingerprint"] = self._fingerprint
         state["rebatched"] = self._samples_before != 0
         state["samples"] = self._samples_delivered(int(state.get("yielded", 0)))
@@ -229,6 +246,34 @@ class LoaderIterator:
     def _next_data(self) -> Any:
         raise NotImplementedError
 
+    _ended_early = False
+    _placed_run: PlacedRun | None = None
+
+    def _stream_end(self) -> dict[str, Any] | None:
+        """Streams: ``{"dataset": ...}`` or ``{"workers": ...}``, each stream's state at
+        the end of the epoch, for a checkpoint taken before the next; None if stateless."""
+        return None
+
+    def _keep_stream_end(self) -> None:
+        """Hand the loader the between-epochs checkpoint, streams' end states included."""
+        keep = self.keep_state_when_dropped
+        if keep is None or not self._data.iterable_style or self._ended_early:
+            return
+        end = self._stream_end()
+        if self._placed_run is not None:  # a new run from position 0, with today's weights
+            end = {"elastic": self._data.dataset.next_run_state()}
+        if end is None:
+            return
+        generator = self._data.generator
+        state: LoaderStateDict = {
+            "version": STATE_VERSION,
+            "in_epoch": False,
+            "generator": generator.get_state() if generator is not None else None,
+            "topology": {"world_size": self.world[0], "rank": self.world[1]},
+        }
+        state.update(end)  # type: ignore[typeddict-item]
+        keep(state)
+
     def __next__(self) -> Any:
         clock = self.clock
         entered = clock.enter()
@@ -242,6 +287,7 @@ class LoaderIterator:
             if not self.finished:
                 self.finished = True
                 self._skips.report()
+                self._keep_stream_end()
             raise
         clock.leave(entered, self._batch_samples)
         self._num_yielded += 1
@@ -257,6 +303,7 @@ class LoaderIterator:
             data, has = None, False
         if not all_ranks_have(has):
             if has:
+                self._ended_early = True  # streams stopped mid-way: no end state to keep
                 self._end_epoch_early()
             raise StopIteration
         return data

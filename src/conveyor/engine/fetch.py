@@ -12,6 +12,8 @@ from typing import Any
 
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
+from conveyor.state import stream_state
+from conveyor.state.protocol import has_state
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,16 @@ class MapFetcher:
         self._collate_fn = collate_fn
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
         self.last_count = 0  # samples in the last batch fetched
+
+    def state(self) -> Any:
+        """The dataset's own state (an RNG it draws from, say); None if it has none."""
+        return self._dataset.state_dict() if has_state(self._dataset) else None
+
+    def restore(self, state: Any) -> bool:
+        if state is None or not has_state(self._dataset):
+            return False
+        self._dataset.load_state_dict(state)
+        return True
 
     def fetch(self, request: Any) -> Any:
         self.last_count = len(request) if self._auto_collation else 1
@@ -137,6 +149,26 @@ class IterableFetcher:
     def started(self) -> bool:
         """Whether this epoch's iterator over the dataset exists yet."""
         return self._iterator is not None
+
+    def start(self) -> None:
+        """Call ``iter(dataset)`` now rather than at the first fetch."""
+        if self._iterator is None and not self.ended:
+            self._iterator = iter(self._dataset)
+
+    def state(self) -> Any:
+        """The stream's checkpoint (`conveyor.state.stream_state`); None: nothing stateful."""
+        return stream_state.capture(self._dataset, self._iterator)
+
+    def restore(self, state: Any) -> bool:
+        """Continue from ``state``: the dataset's part now, the iterator's after ``iter()``.
+        False if nothing here could take it (the caller replays instead)."""
+        if not stream_state.can_restore(self._dataset, state):
+            return False
+        iterator_state = stream_state.load_before_iter(self._dataset, state)
+        if iterator_state is not None:
+            self._iterator = iter(self._dataset)
+            stream_state.load_after_iter(self._iterator, iterator_state)
+        return True
 
     def fetch(self, request: Any) -> Any:
         if self._pending is not None:

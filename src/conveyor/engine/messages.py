@@ -54,6 +54,16 @@ class StartEpoch(NamedTuple):
     shared_seed: int | None
 
 
+class DatasetControl(NamedTuple):
+    """A change made in the main process to a placed dataset (`conveyor.engine.placed`),
+    e.g. ``Mixture.set_weights``: the worker applies it before its next task; no answer."""
+
+    payload: Any
+
+
+# What a worker's inbox carries (None: stop)
+WorkerMessage = Task | StartEpoch | DatasetControl
+
 # Reply.status values
 OK = 0  # payload: the fetched (collated) data
 ERROR = 1  # payload: RemoteError from the dataset/collate code

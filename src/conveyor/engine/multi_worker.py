@@ -10,13 +10,14 @@ module never asks which one it is. See docs/design/shutdown.md for how workers e
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from conveyor.engine import messages as msg
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.in_flight import InFlight, RoundRobin
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import DatasetControl, Reply, StartEpoch, Task
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.remote_error import RemoteError
@@ -28,8 +29,11 @@ from conveyor.state.loader_state import (
     LoaderStateDict,
     Resume,
     StreamResume,
+    WorkerStreams,
+    map_dataset_resume,
     stream_resume_for,
 )
+from conveyor.state.protocol import has_state
 
 __all__ = ["MultiWorkerIterator"]
 
@@ -43,10 +47,20 @@ class MultiWorkerIterator(LoaderIterator):
         self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
     ):
         super().__init__(plan, len_hint, resume)
+        self._resume_state = resume.state if resume is not None else None
+        self._control_sent = 0
         self._worker_options = workers = self._options.workers
-        streams = stream_resume_for(
-            self._data.iterable_style, workers.num_workers, resume, self.world
+        # a map-style dataset with state_dict(): its state in each worker is checkpointed
+        # too (in_order only: out of order, tasks do not go round the workers in turn)
+        self._map_states = (
+            not self._data.iterable_style and workers.in_order and has_state(self._data.dataset)
         )
+        if self._data.iterable_style:
+            streams = stream_resume_for(True, workers.num_workers, resume, self.world)
+        elif self._map_states:
+            streams = map_dataset_resume(workers.num_workers, resume, self.world)
+        else:
+            streams = None
         self._setup = WorkerSetup(
             fetch=self._options.fetch_spec(),
             workers=workers,
@@ -54,6 +68,7 @@ class MultiWorkerIterator(LoaderIterator):
             prepare_graph=plan.hooks.prepare_graph,
             stage_timers=plan.hooks.stage_timers,
             streams=streams,
+            world=self.world,
         )
         self._pool: WorkerPool | None = None
         self._worker_handles: list[Any] = []
@@ -73,6 +88,7 @@ class MultiWorkerIterator(LoaderIterator):
             self._delivery.states = list(streams.states)
             self._delivery.counts = list(streams.counts)
         self._sampler_done = False
+        self._begin_placed_epoch(streams is not None)
         self._bytes_at_epoch_start = 0 if self._pool is None else self._pool.bytes_received
         if self._pool is None:
             self._pool, self._pin = self._worker_options.kind.start_pool(self._setup, self._pin)
@@ -80,6 +96,37 @@ class MultiWorkerIterator(LoaderIterator):
         elif not first:
             self._resume_workers()
         self._fill()
+
+    def _begin_placed_epoch(self, resumed: bool) -> None:
+        """A placed dataset (`conveyor.engine.placed`) in the main process keeps time:
+        where its run starts, and which positions no worker has been asked for yet."""
+        placed = self._placed_run
+        if placed is None:
+            return
+        dataset = self._data.dataset
+        saved = self._resume_state.get("elastic") if resumed and self._resume_state else None
+        ahead = self._worker_options.tasks_in_flight  # tasks sent beyond what was delivered
+        me = weakref.ref(self)  # the user's dataset must not keep this iterator alive
+
+        def next_free() -> int | None:
+            iterator = me()
+            return None if iterator is None else placed.position(iterator._num_yielded, ahead)
+
+        dataset.begin_loader_epoch(next_free, saved)
+        self._control_sent = dataset.control_version
+
+    def _send_dataset_control(self) -> None:
+        """The main process changed the placed dataset (set_weights): every worker follows
+        before its next task, so the change applies from a position none was asked for."""
+        dataset = self._data.dataset
+        if dataset.control_version == self._control_sent:
+            return
+        self._control_sent = dataset.control_version
+        payload = DatasetControl(dataset.control())
+        pool = self._require_pool()
+        for worker_id, active in enumerate(self._dealer.active):
+            if active:
+                pool.send(worker_id, payload)
 
     def _resume_workers(self) -> None:
         """Tell persistent workers a new epoch starts; drop whatever the last one left."""
@@ -112,6 +159,8 @@ class MultiWorkerIterator(LoaderIterator):
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
             return False
+        if self._placed_run is not None:
+            self._send_dataset_control()
         if self._worker_options.in_order:
             worker_id = self._dealer.next()
         else:
@@ -196,6 +245,7 @@ class MultiWorkerIterator(LoaderIterator):
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages
         if reply.status == msg.END:
+            self._delivery.ended(worker_id, None if info is None else info.stream_state)
             self._retire(worker_id, reply.task_id)
             return
         self._buffer.put(reply.task_id, reply)
@@ -227,7 +277,7 @@ class MultiWorkerIterator(LoaderIterator):
     def _epoch_state(self) -> LoaderStateDict:
         state = super()._epoch_state()
         delivery = self._delivery
-        if self._data.iterable_style:
+        if self._data.iterable_style or self._map_states:
             state["workers"] = {
                 "num_workers": self._worker_options.num_workers,
                 "states": list(delivery.states),
@@ -243,6 +293,22 @@ class MultiWorkerIterator(LoaderIterator):
             state["yielded"] = delivery.watermark
             state["delivered_ahead"] = sorted(delivery.ahead)
         return state
+
+    def _stream_end(self) -> dict[str, Any] | None:
+        if not self._worker_options.persistent_workers:
+            return None  # the next epoch's workers start from the dataset as built, again
+        states = self._delivery.final_states()
+        if all(state is None for state in states):
+            return None
+        num_workers = self._worker_options.num_workers
+        workers: WorkerStreams = {
+            "num_workers": num_workers,
+            "states": states,
+            "counts": [0] * num_workers,
+            "active": [True] * num_workers,
+            "next_worker": 0,
+        }
+        return {"workers": workers}
 
     def _next_worker_to_deliver(self) -> int:
         """The worker whose batch comes next in delivery order (in_order round-robin)."""

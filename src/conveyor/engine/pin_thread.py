@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 
 from conveyor.engine import messages as msg
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, WorkerMessage
 from conveyor.engine.remote_error import RemoteError
 from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
 
@@ -31,7 +31,7 @@ WHERE = "in pin memory thread"
 class InterruptiblePool(Protocol):
     """A worker pool whose blocking ``receive`` another thread can cut short."""
 
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None: ...
+    def send(self, worker_id: int, message: WorkerMessage) -> None: ...
 
     def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]: ...
 
@@ -114,7 +114,7 @@ class PinningPool:
         )
         self._thread.start()
 
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
+    def send(self, worker_id: int, message: WorkerMessage) -> None:
         self._pool.send(worker_id, message)
 
     def retire(self, worker_id: int) -> None:

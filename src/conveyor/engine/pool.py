@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, WorkerMessage
 
 
 class WorkerDiedError(RuntimeError):
@@ -12,7 +12,7 @@ class WorkerDiedError(RuntimeError):
 
 
 class WorkerPool(Protocol):
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
+    def send(self, worker_id: int, message: WorkerMessage) -> None:
         """Queue a message for one worker; never blocks for long."""
 
     def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:

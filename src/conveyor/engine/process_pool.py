@@ -28,7 +28,13 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from conveyor.engine.messages import Reply, StartEpoch, Task, reply_from_wire, task_to_wire
+from conveyor.engine.messages import (
+    Reply,
+    Task,
+    WorkerMessage,
+    reply_from_wire,
+    task_to_wire,
+)
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
 from conveyor.engine.worker_handle import WorkerHandle
@@ -232,7 +238,7 @@ class ProcessPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
+    def send(self, worker_id: int, message: WorkerMessage) -> None:
         # Plain pickle: tasks carry no file descriptors, and ForkingPickler costs ~10 us.
         wire = task_to_wire(message) if type(message) is Task else message
         frame = pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)

@@ -9,11 +9,11 @@ from typing import Any
 from conveyor.collate import set_output_allocator
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
+from conveyor.engine.placed import is_placed, place
 from conveyor.engine.plan import LoadPlan
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
-from conveyor.state.protocol import has_state
 from conveyor.transport.recycled import RecycledBuffers
 
 
@@ -27,11 +27,16 @@ class SingleProcessIterator(LoaderIterator):
         if hooks.prepare_graph is not None:
             dataset = hooks.prepare_graph(dataset, 0, 1, self._shared_seed)
         self._dataset = dataset
+        if is_placed(dataset):  # the one consumer: every position of this rank
+            place(dataset, 0, 1, self.world, self._data.samples_per_request)
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
-        self._resumed_state: Any = None  # the stream's state loaded, until it reads again
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)
+        elif resume is not None and resume.state.get("dataset") is not None:
+            self._fetcher.restore(resume.state["dataset"])  # a map-style dataset's own state
+        if isinstance(self._fetcher, IterableFetcher):
+            self._fetcher.start()  # iter(dataset) now, as torch: its state is the epoch's start
         if hooks.stage_timers is not None:
             timers = hooks.stage_timers(dataset)
             timers.install()
@@ -43,9 +48,7 @@ class SingleProcessIterator(LoaderIterator):
         saved = resume.state.get("dataset")
         if streams is not None and streams.states[0] is not None:
             saved = pickle.loads(streams.states[0])  # merged from another topology
-        if saved is not None and has_state(self._dataset):
-            self._dataset.load_state_dict(saved)
-            self._resumed_state = saved
+        if isinstance(self._fetcher, IterableFetcher) and self._fetcher.restore(saved):
             return
         for _ in range(resume.yielded):  # no state: read and drop, as torch users must
             try:
@@ -55,13 +58,16 @@ class SingleProcessIterator(LoaderIterator):
 
     def _epoch_state(self) -> LoaderStateDict:
         state = super()._epoch_state()
-        fetcher = self._fetcher
-        started = isinstance(fetcher, IterableFetcher) and fetcher.started
-        if started and has_state(self._dataset):
-            state["dataset"] = self._dataset.state_dict()
-        elif self._resumed_state is not None:
-            state["dataset"] = self._resumed_state  # resumed, nothing read since
+        captured = self._fetcher.state()
+        if captured is not None:
+            state["dataset"] = captured
         return state
+
+    def _stream_end(self) -> dict[str, Any] | None:
+        if not isinstance(self._fetcher, IterableFetcher):
+            return None
+        state = self._fetcher.state()
+        return None if state is None else {"dataset": state}
 
     def _next_data(self) -> Any:
         while True:

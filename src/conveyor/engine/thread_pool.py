@@ -6,7 +6,7 @@ import os
 import queue
 import threading
 
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, WorkerMessage
 from conveyor.engine.worker_info import clear_worker_info
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_loop import run_worker
@@ -19,13 +19,13 @@ class ThreadPool:
 
     def __init__(self, setup: WorkerSetup):
         num_workers = setup.workers.num_workers
-        self._inboxes: list[queue.SimpleQueue[Task | StartEpoch | None]] = []
+        self._inboxes: list[queue.SimpleQueue[WorkerMessage | None]] = []
         self._results: queue.SimpleQueue[tuple[int, Reply]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._owner_pid = os.getpid()
         for worker_id in range(num_workers):
-            inbox: queue.SimpleQueue[Task | StartEpoch | None] = queue.SimpleQueue()
+            inbox: queue.SimpleQueue[WorkerMessage | None] = queue.SimpleQueue()
             thread = threading.Thread(
                 target=self._run,
                 args=(setup, worker_id, inbox),
@@ -37,7 +37,7 @@ class ThreadPool:
             thread.start()
 
     def _run(
-        self, setup: WorkerSetup, worker_id: int, inbox: queue.SimpleQueue[Task | StartEpoch | None]
+        self, setup: WorkerSetup, worker_id: int, inbox: queue.SimpleQueue[WorkerMessage | None]
     ) -> None:
         results = self._results
         try:
@@ -45,7 +45,7 @@ class ThreadPool:
         finally:
             clear_worker_info()
 
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
+    def send(self, worker_id: int, message: WorkerMessage) -> None:
         self._inboxes[worker_id].put(message)
 
     @property

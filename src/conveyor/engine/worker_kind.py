@@ -140,6 +140,7 @@ class WorkerSetup:
     prepare_graph: Callable[[Any, int, int, int | None], Any] | None = None
     stage_timers: Callable[[Any], Any] | None = None  # profile_stages=True
     streams: StreamResume | None = None  # resuming a checkpoint of a stream
+    world: tuple[int, int] = (1, 0)  # (world size, rank) of the loader's process
 
     @property
     def kind(self) -> WorkerKind:

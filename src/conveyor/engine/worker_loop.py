@@ -14,7 +14,15 @@ from typing import Any
 
 from conveyor.engine import messages as msg
 from conveyor.engine.fetch import BatchSkipped, IterableFetcher, MapFetcher, make_fetcher
-from conveyor.engine.messages import BatchInfo, Reply, StartEpoch, Task
+from conveyor.engine.messages import (
+    BatchInfo,
+    DatasetControl,
+    Reply,
+    StartEpoch,
+    Task,
+    WorkerMessage,
+)
+from conveyor.engine.placed import is_placed, place
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
@@ -33,6 +41,8 @@ def _prepare(setup: WorkerSetup, worker_id: int) -> Any:
     seed = kind.seed(seeds.base_seed, worker_id)
     dataset = kind.own_dataset(setup.fetch.dataset)
     dataset = _prepared_graph(setup, dataset, worker_id, seeds.shared_seed)
+    if is_placed(dataset):
+        place(dataset, worker_id, workers.num_workers, setup.world, setup.fetch.samples_per_request)
     rng = WorkerRandom.seeded(seed, numpy_seed_state(seeds.base_seed, worker_id))
     kind.publish(WorkerInfo(worker_id, workers.num_workers, seed, dataset, kind.name, rng))
     if workers.worker_init_fn is not None:
@@ -72,7 +82,7 @@ class _Timers:
 def run_worker(
     setup: WorkerSetup,
     worker_id: int,
-    receive: Callable[[], Task | StartEpoch | None],
+    receive: Callable[[], WorkerMessage | None],
     send: Callable[[Reply], None],
 ) -> None:
     """Serve tasks until told to stop. Never raises for errors in user code."""
@@ -80,13 +90,17 @@ def run_worker(
     try:
         dataset = _prepare(setup, worker_id)
         fetcher = make_fetcher(setup.fetch, dataset)
-        ended = _resume_stream(setup, worker_id, dataset, fetcher)
+        ended = _resume_stream(setup, worker_id, fetcher)
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    stateful = setup.fetch.iterable_style and has_state(dataset)
+    # a stream's state, or a map-style dataset's own, follows each batch to the main process
+    stateful = setup.fetch.iterable_style or has_state(dataset)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
+        if isinstance(message, DatasetControl):
+            dataset.apply_control(message.payload)  # before the next task, as promised
+            continue
         if isinstance(message, StartEpoch):
             if setup.prepare_graph is not None:
                 dataset = _prepared_graph(
@@ -99,18 +113,18 @@ def run_worker(
             continue
         if ended:
             continue  # tasks queued before the main process learnt of the end get no answer
-        reply = _answer(message, fetcher, dataset if stateful else None, timers, where)
+        reply = _answer(message, fetcher, stateful, timers, where)
         ended = reply.status == msg.END
         send(reply)
 
 
-def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where: str) -> Reply:
-    """Fetch one task. ``stateful`` is the dataset whose state follows each batch, or None."""
+def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where: str) -> Reply:
+    """Fetch one task. ``stateful``: a stream, whose state follows each batch."""
     started = time.perf_counter()
     try:
         with skip_sink().forwarded():  # the main process warns once for the whole loader
             data = fetcher.fetch(task.request)
-        state = pickle.dumps(stateful.state_dict()) if stateful is not None else None
+        state = _stream_state(fetcher) if stateful else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
         info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
@@ -120,7 +134,9 @@ def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where:
         return Reply(task.task_id, msg.SKIPPED, None, info)
     except StopIteration:
         # what the stream skipped before it ended still reaches the main process's ledger
-        info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
+        # a stream's state after its end goes with END: a dataset may count its epochs
+        state = _stream_state(fetcher) if stateful else None
+        info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), None)
         if isinstance(fetcher, IterableFetcher):
             return Reply(task.task_id, msg.END, None, info)
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
@@ -129,14 +145,19 @@ def _answer(task: Task, fetcher: Fetcher, stateful: Any, timers: _Timers, where:
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
 
 
-def _resume_stream(setup: WorkerSetup, worker_id: int, dataset: Any, fetcher: Fetcher) -> bool:
+def _stream_state(fetcher: Fetcher) -> bytes | None:
+    captured = fetcher.state()
+    return None if captured is None else pickle.dumps(captured)
+
+
+def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool:
     """Put this worker's stream where the checkpoint left it; True if it had ended."""
     streams = setup.streams
     if streams is None:
         return False
     state = streams.states[worker_id]
-    if state is not None and has_state(dataset):
-        dataset.load_state_dict(pickle.loads(state))
+    if state is not None:
+        fetcher.restore(pickle.loads(state))
     for _ in range(streams.skips[worker_id]):
         try:
             fetcher.fetch(setup.fetch.replay_request)

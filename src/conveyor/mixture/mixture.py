@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, cast
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,6 +25,7 @@ from conveyor.mixture.state import (
     history_to_state,
     sources_digest,
 )
+from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["Mixture"]
 
@@ -87,6 +89,24 @@ class Mixture(IterableDataset[Any]):
         self._run: MixtureRun | None = None
         self._start = 0  # where the next run starts (a loaded checkpoint's position)
         self._loaded: Mapping[str, Any] | None = None
+        # In a loader with workers (conveyor.engine.placed): the first position no worker
+        # has been asked for yet, set_weights' default; and a count of weight changes the
+        # loader forwards to its workers.
+        self._next_free: Callable[[], int | None] | None = None
+        self.control_version = 0
+
+    # conveyor's DataLoader splits the positions between its workers and ranks and
+    # checkpoints the run by position (conveyor.engine.placed)
+    positions_split_by_loader: ClassVar[bool] = True
+
+    def __copy__(self) -> Mixture:
+        """A copy that reads its streams on its own (a thread worker's replica): stream
+        sources are deep-copied (two readers of one pipe would invalidate each other),
+        map-style sources are shared (read by index)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        twin._sources = [_own_stream(source) for source in self._sources]
+        return twin
 
     @property
     def names(self) -> list[str]:
@@ -125,6 +145,8 @@ class Mixture(IterableDataset[Any]):
         produces (or the next run's start). Positions already produced cannot change."""
         rates = to_rates(self._aligned(weights))
         produced = self._run.position if self._run is not None else self._start
+        asked = self._next_free() if self._run is None and self._next_free else None
+        produced = produced if asked is None else asked  # a loader's workers produce
         position = produced if position is None else position
         if position < produced:
             raise ValueError(
@@ -132,6 +154,7 @@ class Mixture(IterableDataset[Any]):
                 "already produced with the old weights"
             )
         self._schedule.change(position, rates)
+        self.control_version += 1
         if self._run is not None:
             self._run.schedule_changed()
 
@@ -156,6 +179,67 @@ class Mixture(IterableDataset[Any]):
         """Produce only the positions of one worker of one rank (see `Placement`); called
         by the loader in each worker before ``iter()``."""
         self._placement = Placement(worker_id, num_workers, rank, world_size, batch_size)
+        # a thread worker's copy is shallow: its weight history must be its own
+        self._schedule = history_from_state(self.control(), self._initial)
+
+    # A loader's side (conveyor.engine.placed) -------------------------------------------
+
+    def begin_loader_epoch(
+        self, next_free: Callable[[], int | None] | None, resumed: Mapping[str, Any] | None
+    ) -> None:
+        """In the main process of a loader with workers, as an epoch starts: ``next_free()``
+        is the first position not yet requested (`set_weights`' default); ``resumed``, the
+        checkpoint the epoch continues, else a new run starts at 0 with today's weights."""
+        self._next_free = next_free
+        if resumed is not None:
+            self.load_state_dict(resumed)
+            self._loaded = None  # the workers continue it; this object only keeps time
+        else:
+            self._schedule = Schedule(self._schedule.rates)
+            self._start = 0
+            self._loaded = None
+        self._run = None
+
+    def control(self) -> dict[str, Any]:
+        """The weight history, as `apply_control` takes it (what a loader sends workers)."""
+        vectors, changes = history_to_state(self._schedule, self._initial)
+        return {"vectors": vectors, "changes": changes}
+
+    def apply_control(self, history: Mapping[str, Any]) -> None:
+        """In a worker: follow the main process's weight history from now on."""
+        self._schedule = history_from_state(history, self._initial)
+        if self._run is not None:
+            self._run.follow(self._schedule)
+
+    def next_run_state(self) -> dict[str, Any]:
+        """The checkpoint of the next run (position 0) with the weights in force now: what
+        a loader keeps between epochs, so a resumed job does not fall back to the weights
+        the mixture was built with."""
+        current = Schedule(self._initial)
+        current.change(0, self._schedule.rates)
+        vectors, changes = history_to_state(current, self._initial)
+        state = self.state_at(0)
+        state.update(vectors=vectors, changes=changes)
+        return state
+
+    def state_at(self, position: int) -> dict[str, Any]:
+        """The checkpoint of the whole loader's run at global ``position`` (its workers each
+        hold a part): any topology resumes it; stream sources are read up to their counts."""
+        vectors, changes = history_to_state(self._schedule, self._initial)
+        state = MixtureState(
+            version=STATE_VERSION,
+            sources=sources_digest(self._names, self._lengths()),
+            weights=self._initial.digest,
+            seed=self.seed,
+            epoch=self.epoch,
+            stop_on=self.stop_on,
+            position=position,
+            vectors=vectors,
+            changes=changes,
+            ends={},
+            streams={},
+        )
+        return cast(dict[str, Any], state)
 
     def __iter__(self) -> Iterator[Any]:
         self._check_placement()
@@ -191,12 +275,12 @@ class Mixture(IterableDataset[Any]):
     def _check_placement(self) -> None:
         if self._placement.replicas > 1:
             return
-        info = get_worker_info()
+        info: Any = get_worker_info() or torch_worker_info()  # or a worker of torch's loader
         if info is not None and info.num_workers > 1:
             raise RuntimeError(
-                "Mixture in a DataLoader with num_workers > 1 needs its positions split "
-                "between workers (Mixture.configure), which this loader does not do yet: "
-                "every worker would produce the same samples. Use num_workers=0 or 1."
+                "Mixture in a loader with num_workers > 1 needs its positions split between "
+                "workers (Mixture.configure), which this loader does not do: every worker "
+                "would produce the same samples. Use conveyor.DataLoader, or num_workers=1."
             )
         if world_and_rank()[0] > 1:
             raise RuntimeError(
@@ -277,3 +361,12 @@ class Mixture(IterableDataset[Any]):
                 saved = state["streams"].get(reader.name)
                 end = state["ends"].get(str(number))
                 reader.restore(counts[number], saved, end)
+
+
+def _own_stream(source: Any) -> Any:
+    if is_map_style(source):
+        return source
+    try:
+        return copy.deepcopy(source)
+    except Exception:  # not copyable (an open file, a socket): shared, as before
+        return source

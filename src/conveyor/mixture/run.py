@@ -51,6 +51,11 @@ class MixtureRun:
         self._stop: float = self._stop_position()
         self.stopped = False
 
+    def follow(self, schedule: Schedule) -> None:
+        """A new weight history (a worker told by its loader): use it from now on."""
+        self._schedule = schedule
+        self.schedule_changed()
+
     def schedule_changed(self) -> None:
         """The weights changed: blocks computed before are stale and the stop may move."""
         self._version += 1

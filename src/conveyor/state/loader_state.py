@@ -11,6 +11,7 @@ the last batch the user received from it.
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -152,9 +153,21 @@ class DeliveryLog:
 
     def __init__(self, num_workers: int, watermark: int, ahead: set[int]):
         self.states: list[bytes | None] = [None] * num_workers
+        self.end_states: list[bytes | None] = [None] * num_workers  # after StopIteration
         self.counts = [0] * num_workers
         self.watermark = watermark
         self.ahead = set(ahead)
+
+    def ended(self, worker_id: int, state: bytes | None) -> None:
+        """The worker's stream ran out; ``state``: its dataset's state after that."""
+        if state is not None:
+            self.end_states[worker_id] = state
+
+    def final_states(self) -> list[bytes | None]:
+        """Each stream's state once the epoch is over (its end, else its last batch)."""
+        return [
+            e if e is not None else s for e, s in zip(self.end_states, self.states, strict=True)
+        ]
 
     def delivered(self, worker_id: int, position: int, state: bytes | None) -> None:
         self.counts[worker_id] += 1
@@ -214,6 +227,39 @@ def stream_resume_for(
     slots = max(num_workers, 1)
     return StreamResume(
         states=(blob,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
+    )
+
+
+def map_dataset_resume(
+    num_workers: int, resume: Resume | None, world: tuple[int, int] = (1, 0)
+) -> StreamResume | None:
+    """A map-style dataset's own state per worker (an RNG ``__getitem__`` draws from):
+    each worker loads its own, and tasks go round the workers from where they stopped.
+
+    On another topology no worker's state is its own: they are dropped with a warning (the
+    samples are still exactly the rest of the epoch; only the dataset's state is fresh).
+    """
+    if resume is None or not resume.state.get("in_epoch"):
+        return None
+    state = resume.state
+    workers = state.get("workers")
+    if not workers:
+        return None
+    saved = saved_topology(state)
+    if saved != (num_workers, *world):
+        warnings.warn(
+            "this checkpoint holds the dataset's own state (state_dict()) of each of "
+            f"{saved[0]} workers, which do not map onto this loader's {num_workers}: the "
+            "rest of the epoch is exact, but each worker's dataset starts from its state as "
+            "built",
+            stacklevel=4,
+        )
+        return None
+    return StreamResume(
+        states=tuple(workers["states"]),
+        counts=(0,) * num_workers,
+        active=(True,) * num_workers,
+        next_worker=int(workers["next_worker"]),
     )
 
 
@@ -310,3 +356,48 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
     merged["dataset"] = None
     merged["topology"] = None
     return merged
+
+
+def next_epoch_resume(
+    state: LoaderStateDict, num_workers: int, world: tuple[int, int]
+) -> Resume | None:
+    """A checkpoint taken between epochs that carries the streams' states at the end of
+    the epoch: the next epoch starts from them (a dataset that counts its epochs, say),
+    as an epoch resumed at its first batch. None if it carries none.
+
+    On another topology the states (one per old worker) fit no new worker: they are
+    dropped with a warning, and the next epoch starts from the datasets as built.
+    """
+    elastic = state.get("elastic")  # e.g. a Mixture's next run: any topology takes it
+    if state.get("dataset") is None and not state.get("workers") and elastic is None:
+        return None
+    saved = saved_topology(state)
+    if elastic is None and saved != (num_workers, *world):
+        names = ("num_workers", "world_size", "rank")
+        field, before, after = next(
+            (n, b, a) for n, b, a in zip(names, saved, (num_workers, *world), strict=True) if b != a
+        )
+        warnings.warn(
+            "this checkpoint, taken between epochs, holds each stream's dataset state at the "
+            f"end of the epoch for {field}={before}; this loader has {field}={after}, so the "
+            "next epoch starts from the dataset as constructed (its own state not restored)",
+            stacklevel=3,
+        )
+        return None
+    start: LoaderStateDict = {
+        "version": STATE_VERSION,
+        "in_epoch": True,
+        "generator": state.get("generator"),
+        "global_rng": None,
+        "sampler": None,
+        "drew_base_seed": True,
+        "shared_seed": None,
+        "yielded": 0,
+        "delivered_ahead": [],
+        "dataset": state.get("dataset"),
+        "workers": state.get("workers"),
+        "topology": state.get("topology"),
+    }
+    if elastic is not None:
+        start["elastic"] = elastic
+    return Resume(start)

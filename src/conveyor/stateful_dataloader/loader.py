@@ -81,9 +81,11 @@ class StatefulDataLoader(DataLoader[T_co]):
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """torchdata's layout, JSON-serialisable; conveyor's exact state under "_conveyor"."""
         ours = super().state_dict()
-        view = torchdata_view(ours, self._index_sampler, self.num_workers)
-        view[CONVEYOR_KEY] = to_json(ours)
-        encoded: dict[str, Any] = to_json(view)
+        view = torchdata_view(
+            ours, self._index_sampler, self.num_workers, self._options.data.iterable_style
+        )
+        view[CONVEYOR_KEY] = ours
+        encoded: dict[str, Any] = to_json(view)  # one walk over everything
         return encoded
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -110,6 +110,12 @@ class RandomSampler(plain.RandomSampler, _Counted):
     def state_dict(self) -> dict[str, Any]:
         return {self._YIELDED: self.yielded, self._GENERATOR: self.generator_state}
 
+    def next_epoch_state(self) -> dict[str, Any]:
+        """The state that starts the next epoch where this one left the generator (what a
+        loader checkpoints between epochs)."""
+        assert self.generator is not None
+        return {self._YIELDED: 0, self._GENERATOR: self.generator.get_state()}
+
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         _check_yielded(state_dict, self._YIELDED)
         assert self.generator is not None
@@ -150,6 +156,14 @@ class BatchSampler(plain.BatchSampler):
         state: dict[str, Any] = {self._SAMPLES_YIELDED: self.samples_yielded}
         if has_state(self.sampler):
             state[self._SAMPLER_STATE] = cast(Stateful, self.sampler).state_dict()
+        return state
+
+    def next_epoch_state(self) -> dict[str, Any]:
+        """The state that starts the next epoch (see `RandomSampler.next_epoch_state`)."""
+        state: dict[str, Any] = {self._SAMPLES_YIELDED: 0}
+        following = getattr(self.sampler, "next_epoch_state", None)
+        if callable(following):
+            state[self._SAMPLER_STATE] = following()
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

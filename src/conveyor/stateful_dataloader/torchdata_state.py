@@ -13,11 +13,14 @@ replay a map-style epoch and skip what was delivered.
 from __future__ import annotations
 
 import base64
+import pickle
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from conveyor.state import stream_state
 from conveyor.state.loader_state import STATE_VERSION, LoaderStateDict
 from conveyor.stateful_dataloader.sampler import RandomSampler
 
@@ -26,17 +29,42 @@ __all__ = ["CONVEYOR_KEY", "from_json", "from_torchdata", "to_json", "torchdata_
 CONVEYOR_KEY = "_conveyor"
 _TENSOR = "__tensor__"
 _BYTES = "__bytes__"
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+class _TensorLists:
+    """The list form of the few tensors a checkpoint repeats (an epoch's generator state,
+    5,056 bytes, in every step's state): converted once, copied after."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[weakref.ref[torch.Tensor], int, list[Any]]] = {}
+
+    def of(self, tensor: torch.Tensor) -> list[Any]:
+        key = id(tensor)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0]() is tensor and hit[1] == tensor._version:
+            return list(hit[2])
+        values: list[Any] = tensor.tolist()
+        if len(self._cache) >= 16:
+            self._cache.clear()
+        self._cache[key] = (weakref.ref(tensor), tensor._version, values)
+        return list(values)
+
+
+_tensor_lists = _TensorLists()
 
 
 def to_json(value: Any) -> Any:
     """``value`` with tensors and bytes spelled in JSON types (reversible by `from_json`)."""
     if isinstance(value, torch.Tensor):
-        return {_TENSOR: value.tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+        return {_TENSOR: _tensor_lists.of(value), "dtype": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, bytes):
         return {_BYTES: base64.b64encode(value).decode("ascii")}
     if isinstance(value, Mapping):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
+        if all(type(item) in _SCALARS for item in value):
+            return list(value)  # e.g. a generator's state as 5,056 ints: no call per item
         return [to_json(item) for item in value]
     return value
 
@@ -59,9 +87,16 @@ def _state_of(sampler: object) -> Any:
 
 
 def torchdata_view(
-    ours: LoaderStateDict, index_sampler: object, num_workers: int
+    ours: LoaderStateDict, index_sampler: object, num_workers: int, iterable_style: bool
 ) -> dict[str, Any]:
-    """torchdata's top-level keys for conveyor's state (what frameworks read and adjust)."""
+    """torchdata's keys for conveyor's state (what frameworks and users' tests read).
+
+    Read-only: resuming goes through conveyor's own state. With workers, torchdata's
+    ``_snapshot`` holds each worker's dataset and iterator state; the single-process keys
+    stay at the top too (accelerate adjusts ``_num_yielded`` there), except
+    ``dataset_state`` and ``fetcher_state``, whose presence tells torchdata's readers
+    that there are no workers.
+    """
     yielded = int(ours.get("yielded", 0)) if ours.get("in_epoch") else 0
     sampler_state = _state_of(index_sampler) if ours.get("in_epoch") else None
     view: dict[str, Any] = {
@@ -71,13 +106,65 @@ def torchdata_view(
         "_num_yielded": yielded,
         "_IterableDataset_len_called": None,
         "_shared_seed": ours.get("shared_seed"),
-        "fetcher_state": None,
-        "dataset_state": None,
         "_iterator_finished": not ours.get("in_epoch", False),
     }
-    if num_workers:
-        view["_num_workers"] = num_workers
+    if not num_workers:
+        dataset_state, iterator_state = stream_state.parts(ours.get("dataset"))
+        view["dataset_state"] = dataset_state
+        view["fetcher_state"] = _fetcher_state(iterable_style, iterator_state, ended=False)
+        return view
+    view["_num_workers"] = num_workers
+    main = {key: view[key] for key in _MAIN_KEYS}
+    main.update(_num_workers=num_workers, _base_seed=ours.get("base_seed"))
+    view["_snapshot"] = {
+        "_snapshot_step": yielded,
+        "_last_yielded_worker_id": _last_worker(ours, num_workers),
+        "_main_snapshot": main,
+        "_worker_snapshots": _worker_snapshots(ours, num_workers, iterable_style),
+    }
+    view["_steps_since_snapshot"] = 0
     return view
+
+
+_MAIN_KEYS = (
+    "_sampler_iter_state",
+    "_index_sampler_state",
+    "_sampler_iter_yielded",
+    "_IterableDataset_len_called",
+    "_shared_seed",
+)
+
+
+def _fetcher_state(iterable_style: bool, iterator_state: Any, ended: bool) -> Any:
+    if not iterable_style:
+        return None
+    return {"dataset_iter_state": iterator_state, "fetcher_ended": ended}
+
+
+def _last_worker(ours: LoaderStateDict, num_workers: int) -> int:
+    workers = ours.get("workers")
+    if workers:
+        return (int(workers["next_worker"]) - 1) % num_workers
+    return (int(ours.get("yielded", 0)) - 1) % num_workers
+
+
+def _worker_snapshots(
+    ours: LoaderStateDict, num_workers: int, iterable_style: bool
+) -> dict[str, Any]:
+    workers = ours.get("workers")
+    snapshots: dict[str, Any] = {}
+    for worker_id in range(num_workers):
+        blob = workers["states"][worker_id] if workers else None
+        ended = not workers["active"][worker_id] if workers else False
+        dataset_state, iterator_state = stream_state.parts(
+            None if blob is None else pickle.loads(blob)
+        )
+        snapshots[f"worker_{worker_id}"] = {
+            "worker_id": worker_id,
+            "dataset_state": dataset_state,
+            "fetcher_state": _fetcher_state(iterable_style, iterator_state, ended),
+        }
+    return snapshots
 
 
 def from_torchdata(state: Mapping[str, Any], loader: Any) -> LoaderStateDict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import torch.distributed as dist
 
@@ -32,13 +33,27 @@ def main() -> None:
     sampler = conveyor.DistributedSampler(Ids(n), shuffle=True, seed=7, drop_last=drop_last)
     loader = conveyor.DataLoader(Ids(n), batch_size=4, sampler=sampler, num_workers=2)
     seen: dict[int, list[int]] = {}
-    for epoch in range(3):
-        sampler.set_epoch(epoch)
-        seen[epoch] = [int(i) for batch in loader for i in batch]
+    with warnings.catch_warnings(record=True) as sharded_warnings:
+        warnings.simplefilter("always")
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            seen[epoch] = [int(i) for batch in loader for i in batch]
+    # a loader that does not shard: every rank would load every sample; conveyor says so
+    plain = conveyor.DataLoader(Ids(n), batch_size=4, shuffle=True, num_workers=0)
+    with warnings.catch_warnings(record=True) as plain_warnings:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            list(plain)
     gathered: list[object] = [None] * world
-    dist.all_gather_object(
-        gathered, {"rank": rank, "world": world, "seen": seen, "batches": len(loader)}
-    )
+    record = {
+        "rank": rank,
+        "world": world,
+        "seen": seen,
+        "batches": len(loader),
+        "sharded_warnings": [str(w.message) for w in sharded_warnings],
+        "plain_warnings": [str(w.message) for w in plain_warnings],
+    }
+    dist.all_gather_object(gathered, record)
     if rank == 0:
         with open(out_path, "w") as fh:
             json.dump(gathered, fh)

@@ -58,6 +58,10 @@ def test_distributed_sampler_exactly_once_per_epoch(
             assert len(union) == n + 1
         orders.append(seen[0])
     assert orders[0] != orders[1] and orders[1] != orders[2]  # set_epoch reshuffles
+    for r in ranks:
+        assert r["sharded_warnings"] == []
+        (warning,) = r["plain_warnings"]  # once per loader, not per epoch
+        assert "world_size=2" in warning and "RandomSampler" in warning
     assert {r["batches"] for r in ranks} == {-(-per_rank // 4)}
 
 
