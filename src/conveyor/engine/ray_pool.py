@@ -24,7 +24,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from conveyor.engine.messages import Reply, StartEpoch, Task
+from conveyor.engine.messages import Reply, StartEpoch, WorkerMessage
 from conveyor.engine.pool import WorkerDiedError
 from conveyor.engine.ray_payload import to_object_store
 from conveyor.engine.worker_kind import WorkerSetup
@@ -32,7 +32,7 @@ from conveyor.engine.worker_loop import run_worker
 
 __all__ = ["RayPool", "WorkerActor"]
 
-Message = Task | StartEpoch
+Message = WorkerMessage  # Task, StartEpoch or DatasetControl (no reply)
 _IDLE = "idle"  # the loop asks for its next message
 _EXITED = "exited"  # the loop returned (its set-up failed, or it was told to stop)
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
@@ -139,7 +139,7 @@ class RayPool:
         ref = actor.handle.step.remote(message)
         actor.calls[ref] = _Call(worker_id, message, replay)
 
-    def send(self, worker_id: int, message: Task | StartEpoch) -> None:
+    def send(self, worker_id: int, message: WorkerMessage) -> None:
         actor = self._serving[worker_id]
         if actor is None:
             raise WorkerDiedError(self._lost_message())
