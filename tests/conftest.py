@@ -151,3 +151,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "leaks_owned_by(fixture): the guard leaves alone what that long-lived fixture's value "
         "owns (owns_process / owns_thread / owns_fd), and checks everything else",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Ray tests run last: a Ray driver leaves threads and state in this process for
+    good (``ray.shutdown`` does not undo it all), which later tests should not share."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)  # stable

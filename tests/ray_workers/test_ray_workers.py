@@ -14,6 +14,7 @@ import torch.utils.data as tud
 import conveyor
 
 from sample_datasets import BlockAt, FailAt, RandomDraws, Range, ShardedStream, WorkerStamp
+from torch_oracle import drain, torch_batches
 
 pytestmark = [pytest.mark.ray, pytest.mark.leaks_owned_by("ray_cluster")]
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -31,7 +32,7 @@ def _loader(kind: str, dataset: Any, **kwargs: Any) -> Any:
 
 def _epoch(kind: str, dataset: Any, seed: int = 7, **kwargs: Any) -> list[Any]:
     generator = torch.Generator().manual_seed(seed)
-    return list(_loader(kind, dataset, generator=generator, **kwargs))
+    return drain(_loader(kind, dataset, generator=generator, **kwargs))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -87,7 +88,7 @@ def test_worker_init_fn_and_get_worker_info(ray_cluster: Any) -> None:
 
 def test_iterable_dataset_replicas_match_torch(ray_cluster: Any) -> None:
     options = {"batch_size": 3, "num_workers": 2}
-    expected = list(tud.DataLoader(ShardedStream(0, 17, uneven=True), **options))
+    expected = torch_batches(ShardedStream(0, 17, uneven=True), **options)
     ours = list(_loader("ray", ShardedStream(0, 17, uneven=True), **options))
     assert _same(ours, expected)
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import ray
 import torch
-import torch.utils.data as tud
 
 import conveyor
 from conveyor.engine.pool import WorkerDiedError
 
 from sample_datasets import Range, ShardedStream
+from torch_oracle import torch_batches
 
 pytestmark = [pytest.mark.ray, pytest.mark.leaks_owned_by("ray_cluster")]
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -34,7 +34,7 @@ class Costly(Range):
 
 def _expected(dataset: Any, **options: Any) -> list[list[int]]:
     generator = torch.Generator().manual_seed(3)
-    return [b.tolist() for b in tud.DataLoader(dataset, generator=generator, **options)]
+    return [b.tolist() for b in torch_batches(dataset, generator=generator, **options)]
 
 
 def _ray_iterator(dataset: Any, remote_args: dict[str, Any], **options: Any) -> Any:
@@ -65,7 +65,7 @@ def test_stream_worker_replaced_replays_its_stream(ray_cluster: Any) -> None:
     """A stream cannot move to another replica: its replacement replays what the lost one
     had answered, then carries on, so the epoch's output is unchanged."""
     options = {"batch_size": 2, "num_workers": 2}
-    expected = [b.tolist() for b in tud.DataLoader(ShardedStream(0, 20), **options)]
+    expected = [b.tolist() for b in torch_batches(ShardedStream(0, 20), **options)]
     loader = conveyor.DataLoader(
         ShardedStream(0, 20),
         worker_type="ray",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 import psutil
@@ -72,7 +74,8 @@ def test_eight_loaders_in_eight_threads_finish_and_release() -> None:
     deadline = time.monotonic() + seconds + 60
     for thread in threads:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
-    assert not [t for t in threads if t.is_alive()], "a consumer thread never finished"
+    stuck = [t for t in threads if t.is_alive()]
+    assert not stuck, "a consumer thread never finished:\n" + _stacks(stuck)
     assert not errors, errors
     released_at = time.monotonic()
     del loaders
@@ -84,6 +87,16 @@ def test_eight_loaders_in_eight_threads_finish_and_release() -> None:
     ]
     _, alive = psutil.wait_procs(left, timeout=2.0)
     assert not alive and time.monotonic() - released_at < 2.5
+
+
+def _stacks(threads: list[threading.Thread]) -> str:
+    """Where the stuck threads wait (a hang's one useful clue, printed with the failure)."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"--- {t.name}\n" + "".join(traceback.format_stack(frames[t.ident]))
+        for t in threads
+        if t.ident in frames
+    )
 
 
 def _is_worker(process: Any) -> bool:

@@ -33,6 +33,7 @@ from conveyor.engine.channel import (
     process_channel,
     thread_channel,
 )
+from conveyor.engine.forking import garbage_kept_from_children
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.shutdown import describe_exit, stop_processes
 
@@ -247,7 +248,8 @@ class ProcessOffload:
                 name="conveyor-datapipe-process",
                 daemon=True,
             )
-            self._process.start()
+            with garbage_kept_from_children():
+                self._process.start()
         except BaseException:
             self.endpoint.close()
             raise

@@ -28,6 +28,7 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
+from conveyor.engine.forking import garbage_kept_from_children
 from conveyor.engine.messages import (
     Reply,
     Task,
@@ -163,7 +164,7 @@ class ProcessPool:
         # between would copy this loader's child ends (and the sentinel pipes Process.start
         # makes) into that loader's workers, so end-of-file and exit would never be seen
         # here until those unrelated workers exit.
-        with _SPAWNING:
+        with _SPAWNING, garbage_kept_from_children():
             self._spawn(setup, ctx, zygote, payload, parent)
         self._handles = [WorkerHandle(process) for process in self._processes]
         for worker_id in range(self._num_workers):

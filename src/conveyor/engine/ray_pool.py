@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from conveyor.engine.worker_loop import run_worker
 __all__ = ["RayPool", "WorkerActor"]
 
 Message = WorkerMessage  # Task, StartEpoch or DatasetControl (no reply)
+_WAIT_SLICE_S = 0.25  # longest wait in Ray's code before Python code runs again
 _IDLE = "idle"  # the loop asks for its next message
 _EXITED = "exited"  # the loop returned (its set-up failed, or it was told to stop)
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError)
@@ -113,8 +115,8 @@ class RayPool:
         if not ray.is_initialized():
             ray.init()  # honours RAY_ADDRESS
         self._setup = setup
-        self._setup_ref = ray.put(setup)
-        self._actor_class = ray.remote(WorkerActor).options(**remote_args)
+        self._setup_ref: Any = ray.put(setup)
+        self._actor_class: Any = ray.remote(WorkerActor).options(**remote_args)
         self._restarts_left = max_restarts
         self._streams = setup.fetch.iterable_style
         num_workers = setup.workers.num_workers
@@ -153,7 +155,7 @@ class RayPool:
     def receive(self, timeout_s: float | None) -> list[tuple[int, Reply]]:
         refs = [ref for actor in self._actors for ref in actor.calls]
         if not self._ready and refs:
-            done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+            done = self._wait_for_one(refs, timeout_s)
             if done:
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in done:
@@ -161,6 +163,16 @@ class RayPool:
         ready = list(self._ready)
         self._ready.clear()
         return ready
+
+    def _wait_for_one(self, refs: list[Any], timeout_s: float | None) -> list[Any]:
+        """``ray.wait`` in slices: a wait inside Ray's C++ code takes no signal, so Ctrl-C
+        and test timeouts would hang behind an actor whose death Ray never reports."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            done, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, min(_WAIT_SLICE_S, left)))
+            if done or (deadline is not None and time.monotonic() >= deadline):
+                return list(done)
 
     def _take(self, ref: Any) -> None:
         actor = next((a for a in self._actors if ref in a.calls), None)
@@ -249,13 +261,26 @@ class RayPool:
         return list(self._lost)
 
     def close(self) -> None:
-        """Kill every actor now (Ray frees their objects). Idempotent."""
+        """Kill every actor now (Ray frees their objects) and drop every Ray handle and
+        reference this pool holds. Idempotent.
+
+        Dropping them here, not whenever the collector reaches this pool, keeps Ray objects
+        out of garbage that a forked process could inherit (see engine/forking.py).
+        """
         if self._closed:
             return
         self._closed = True
-        if os.getpid() != self._owner_pid or not ray.is_initialized():
-            return
-        for actor in self._actors:
+        if os.getpid() != self._owner_pid:
+            return  # a forked copy: the actors are the parent's, never to be touched
+        actors, self._actors = self._actors, []
+        if ray.is_initialized():
+            for actor in actors:
+                ray.kill(actor.handle, no_restart=True)
+        for actor in actors:
             actor.calls.clear()
-            ray.kill(actor.handle, no_restart=True)
-        self._actors.clear()
+            actor.handle = None
+        self._serving = [None] * len(self._serving)
+        self._ready.clear()
+        self._history = [[] for _ in self._history]
+        self._setup_ref = None
+        self._actor_class = None
