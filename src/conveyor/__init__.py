@@ -9,14 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
-from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
-from conveyor.datapipes._decorator import (
-    argument_validation,
-    guaranteed_datapipes_determinism,
-    non_deterministic,
-    runtime_validation,
-    runtime_validation_disabled,
-)
 from conveyor.dataset import (
     ChainDataset,
     ConcatDataset,
@@ -29,7 +21,6 @@ from conveyor.dataset import (
 )
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
-from conveyor.global_shuffle import GlobalShuffleSampler
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -42,8 +33,17 @@ from conveyor.string_table import StringTable
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 
 if TYPE_CHECKING:
+    from conveyor.datapipes import DataChunk, IterDataPipe, MapDataPipe, functional_datapipe
+    from conveyor.datapipes._decorator import (
+        argument_validation,
+        guaranteed_datapipes_determinism,
+        non_deterministic,
+        runtime_validation,
+        runtime_validation_disabled,
+    )
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
+    from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
     from conveyor.sharded_stream import ShardedStream
     from conveyor.state.loader_state import merge_checkpoints
@@ -91,9 +91,20 @@ __all__ = [
 ]
 
 
-# Imported on first use: most programs never mix, stream tar shards or use data frames, and
-# these pull in the DataPipe operations, formats and storage (`import conveyor` time, S4).
+# Imported on first use: most programs never build DataPipes, mix, shuffle globally, stream
+# tar shards or use data frames, and these modules cost `import conveyor` time (S4: a fork
+# loader's cold start includes it; torch's own names are imported with torch).
 _LAZY = {
+    "DataChunk": "conveyor.datapipes",
+    "IterDataPipe": "conveyor.datapipes",
+    "MapDataPipe": "conveyor.datapipes",
+    "functional_datapipe": "conveyor.datapipes",
+    "argument_validation": "conveyor.datapipes._decorator",
+    "guaranteed_datapipes_determinism": "conveyor.datapipes._decorator",
+    "non_deterministic": "conveyor.datapipes._decorator",
+    "runtime_validation": "conveyor.datapipes._decorator",
+    "runtime_validation_disabled": "conveyor.datapipes._decorator",
+    "GlobalShuffleSampler": "conveyor.global_shuffle",
     "DFIterDataPipe": "conveyor.datapipes.dataframe",
     "Mixture": "conveyor.mixture",
     "ShardedStream": "conveyor.sharded_stream",
@@ -103,15 +114,20 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The names in `_LAZY`, imported when first asked for (``from conveyor import X`` too)."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
+    """The names in `_LAZY`, imported when first asked for (``from conveyor import X`` too),
+    and submodules not imported yet (``import conveyor; conveyor.datapipes.iter``, as torch's
+    eagerly imported submodules allow)."""
     import importlib
+    import importlib.util
 
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+    module_name = _LAZY.get(name)
+    if module_name is not None:
+        value = getattr(importlib.import_module(module_name), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -7,12 +7,11 @@ import math
 import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import torch
 
 from conveyor.collate import default_collate, default_convert
-from conveyor.datapipes.base import IterDataPipe
 from conveyor.dataset import Dataset
 from conveyor.distributed import (
     RankCollectives,
@@ -33,7 +32,7 @@ from conveyor.engine.worker_kind import (
     resolve_context,
 )
 from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
-from conveyor.loader_args import resolve_sampling
+from conveyor.loader_args import is_datapipe, resolve_sampling
 from conveyor.sampler import Sampler
 from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of
 from conveyor.state.loader_state import (
@@ -45,9 +44,12 @@ from conveyor.state.loader_state import (
     next_epoch_resume,
 )
 from conveyor.state.protocol import has_state
-from conveyor.stats.counters import LoaderStats, StepClock
+from conveyor.stats.counters import StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
+
+if TYPE_CHECKING:
+    from conveyor.stats.report import LoaderStats
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
@@ -295,7 +297,7 @@ class DataLoader(TorchDataLoader[T_co]):
         if not self._options.data.iterable_style and not self._warned_unsharded:
             self._warned_unsharded = True
             warn_if_sampler_does_not_shard(self._index_sampler, world_and_rank()[0])
-        if not isinstance(dataset, IterDataPipe):
+        if not is_datapipe(dataset):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
         # Dataset never needs (`import conveyor` time, S4).

@@ -7,17 +7,27 @@ check themselves (`conveyor.engine.options`, `conveyor.engine.worker_kind`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
 from conveyor.collate import default_collate, default_convert
-from conveyor.datapipes.base import IterDataPipe
 from conveyor.engine.options import DataOptions
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["InfiniteConstantSampler", "resolve_sampling"]
+if TYPE_CHECKING:
+    from conveyor.datapipes.base import IterDataPipe
+
+__all__ = ["InfiniteConstantSampler", "is_datapipe", "resolve_sampling"]
+
+
+def is_datapipe(dataset: Any) -> TypeGuard[IterDataPipe[Any]]:
+    """Whether ``dataset`` is a conveyor DataPipe graph, without importing the DataPipes:
+    until their module is imported no object can be one (`import conveyor` time, S4)."""
+    base = sys.modules.get("conveyor.datapipes.base")
+    return base is not None and isinstance(dataset, base.IterDataPipe)
 
 
 class InfiniteConstantSampler(Sampler[None]):
@@ -32,7 +42,7 @@ def _check_stream_arguments(
     dataset: Any, shuffle: bool | None, sampler: Any, batch_sampler: Any
 ) -> None:
     """Iterable-style datasets take no sampler; DataPipe graphs take ``shuffle``."""
-    if isinstance(dataset, IterDataPipe):
+    if is_datapipe(dataset):
         if shuffle is not None:
             # Imported here: it pulls in every DataPipe operation (`import conveyor` time).
             from conveyor.datapipes.settings import apply_shuffle_settings
@@ -112,5 +122,5 @@ def resolve_sampling(
         collate_fn=collate_fn,
         generator=generator,
         iterable_style=iterable_style,
-        is_graph=isinstance(dataset, IterDataPipe),
+        is_graph=is_datapipe(dataset),
     )

@@ -99,3 +99,56 @@ def test_unknown_attributes_still_raise_attribute_error() -> None:
         """
     )
     assert out.split() == ["AttributeError", "True"] * 3
+
+
+def test_workers_import_numpy_random_only_when_the_dataset_draws_from_it() -> None:
+    """A worker seeds NumPy's global generator when ``numpy.random`` is first imported
+    (~10 ms of every worker's start otherwise); the draws are torch's all the same."""
+    out = _run(
+        """
+        import sys
+        import torch, torch.utils.data as tud
+        import conveyor
+
+        class Loaded:
+            def __len__(self):
+                return 4
+            def __getitem__(self, i):
+                return "numpy.random" in sys.modules
+
+        class Draws:
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                import numpy.random
+                return float(numpy.random.rand())
+
+        print([bool(b) for b in conveyor.DataLoader(Loaded(), num_workers=2)])
+        def epoch(module):
+            generator = torch.Generator().manual_seed(5)
+            loader = module.DataLoader(Draws(), batch_size=2, num_workers=2, generator=generator)
+            return [b.tolist() for b in loader]
+        ours = epoch(conveyor)
+        assert "numpy.random" not in sys.modules  # imported in the workers only
+        print(ours == epoch(tud))
+        """
+    )
+    assert out.splitlines() == ["[False, False, False, False]", "True"]
+
+
+def test_submodules_are_attributes_of_the_package_as_in_torch() -> None:
+    """``import torch.utils.data`` makes ``.datapipes`` reachable; ``import conveyor`` too,
+    though the DataPipes load only when reached."""
+    out = _run(
+        """
+        import sys
+        import conveyor, conveyor.stats
+        assert "conveyor.datapipes" not in sys.modules
+        wrapper, walk = conveyor.datapipes.iter.IterableWrapper, conveyor.graph.traverse_dps
+        print(wrapper.__name__, walk.__name__)
+        from conveyor.stats import progress
+        import conveyor.stats.progress
+        print(callable(progress), conveyor.stats.progress is progress)
+        """
+    )
+    assert out.splitlines() == ["IterableWrapper traverse_dps", "True True"]

@@ -6,18 +6,24 @@ Pure bookkeeping (no pools, no processes), so it is unit-tested on its own.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 __all__ = ["InFlight", "RoundRobin", "Ticket"]
 
 
-@dataclass(slots=True)
 class Ticket:
-    """One dispatched task: its worker, its position in the epoch, whether it was answered."""
+    """One dispatched task: its worker, its position in the epoch, whether it was answered.
 
-    worker_id: int
-    position: int
-    answered: bool = False
+    A plain slotted class: one is made per batch (a dataclass costs import time, S4)."""
+
+    __slots__ = ("answered", "position", "worker_id")
+
+    def __init__(self, worker_id: int, position: int, answered: bool = False) -> None:
+        self.worker_id = worker_id
+        self.position = position
+        self.answered = answered
+
+    def __repr__(self) -> str:
+        return f"Ticket({self.worker_id}, {self.position}, answered={self.answered})"
 
 
 class InFlight:

@@ -19,8 +19,7 @@ This module computes positions; the messages themselves are sent by the loaders.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["PlacedRun", "is_placed", "place"]
 
@@ -43,8 +42,7 @@ def place(
     )
 
 
-@dataclass
-class PlacedRun:
+class PlacedRun(NamedTuple):
     """Where a loader's epoch over a placed dataset is, in global positions.
 
     ``start``: the position the epoch began at (0, or a checkpoint's); ``yielded_at_start``:

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing import connection
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conveyor.engine.forking import garbage_kept_from_children
 from conveyor.engine.messages import (
@@ -41,10 +41,12 @@ from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_
 from conveyor.engine.worker_handle import WorkerHandle
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
-from conveyor.engine.zygote import SetupRef, Zygote
 from conveyor.transport.main_end import SKIP, MainEnd
 from conveyor.transport.options import SlabOptions
 from conveyor.transport.slab import loader_prefix
+
+if TYPE_CHECKING:
+    from conveyor.engine.zygote import Zygote
 
 # A busy worker gets this long to notice the stop message before it is terminated.
 JOIN_TIMEOUT_S = 1.0
@@ -155,6 +157,8 @@ class ProcessPool:
         # (zygote) once per change of the dataset.
         payload: Any = setup
         if zygote is not None:
+            from conveyor.engine.zygote import SetupRef  # spawn/forkserver only
+
             payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":
             with _pickle_errors_warned():

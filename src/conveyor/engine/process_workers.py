@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import warnings
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,8 +22,10 @@ from conveyor.engine.process_pool import ProcessPool
 from conveyor.engine.seeding import seed_process_rngs
 from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
 from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
-from conveyor.engine.zygote import Zygote
 from conveyor.string_table import warn_copy_on_read
+
+if TYPE_CHECKING:
+    from conveyor.engine.zygote import Zygote
 
 __all__ = ["ProcessWorkers", "warn_if_cuda_before_fork", "warn_if_too_many_workers"]
 
@@ -101,6 +103,8 @@ class ProcessWorkers:
         zygote = None
         if context.get_start_method() in ("spawn", "forkserver"):
             if self._zygote is None:
+                from conveyor.engine.zygote import Zygote  # only these start methods need it
+
                 self._zygote = Zygote(context)
             zygote = self._zygote
         pool = ProcessPool(setup, context, zygote=zygote)

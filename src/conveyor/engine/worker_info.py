@@ -15,26 +15,35 @@ from conveyor.torch_compat import publish_worker_info, route_thread_worker_info
 __all__ = ["WorkerInfo", "WorkerRandom", "get_worker_info"]
 
 
-@dataclass(frozen=True)
 class WorkerRandom:
     """Random generators private to one worker, seeded from its ``seed``.
 
     Thread workers share the process-wide ``random``/torch/NumPy state (reseeding it would
     reseed the main thread too), so they should draw from these instead: no races, and
-    the same draws every run for the same loader generator.
+    the same draws every run for the same loader generator. The NumPy generator is made on
+    first use (``numpy.random`` costs a worker ~10 ms to import).
     """
 
-    random: random.Random
-    torch: torch.Generator
-    numpy: np.random.Generator
+    __slots__ = ("_numpy", "_numpy_state", "random", "torch")
+
+    def __init__(self, rng: random.Random, generator: torch.Generator, numpy_state: Any):
+        self.random = rng
+        self.torch = generator
+        self._numpy_state = numpy_state
+        self._numpy: np.random.Generator | None = None
+
+    @property
+    def numpy(self) -> np.random.Generator:
+        if self._numpy is None:
+            self._numpy = np.random.default_rng(self._numpy_state)
+        return self._numpy
 
     @classmethod
     def seeded(cls, seed: int, numpy_state: Any) -> WorkerRandom:
-        return cls(
-            random=random.Random(seed),
-            torch=torch.Generator().manual_seed(seed),
-            numpy=np.random.default_rng(numpy_state),
-        )
+        return cls(random.Random(seed), torch.Generator().manual_seed(seed), numpy_state)
+
+    def __repr__(self) -> str:
+        return f"WorkerRandom(random={self.random!r}, torch={self.torch!r})"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import warnings
 from collections import Counter
 from typing import Literal
 
-from conveyor.formats.skips import Loss, ShardHistory, SkipRecord, skip_sink
+from conveyor.formats.loss_estimates import Loss, ShardHistory
+from conveyor.formats.skips import SkipRecord, skip_sink
 
 __all__ = [
     "BadSampleWarning",

@@ -10,7 +10,7 @@ read them, else estimated from the bytes left or from the shards read before.
 from __future__ import annotations
 
 from conveyor.formats.grouping import split_name
-from conveyor.formats.skips import Loss, ShardHistory
+from conveyor.formats.loss_estimates import Loss, ShardHistory
 from conveyor.formats.tar import ScanResult, TarMember
 
 __all__ = ["ShardProgress", "keys_of"]

@@ -18,26 +18,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["Loss", "ShardHistory", "SkipRecord", "SkipSink", "drain_skips", "skip_sink"]
+__all__ = ["SkipRecord", "SkipSink", "drain_skips", "skip_sink"]
 
 MAX_PENDING_RECORDS = 10_000
 """Records kept between drains; past it, records are merged into one (counts kept)."""
 
 
-@dataclass(frozen=True)
-class Loss:
-    """How many samples one failure cost, which keys (when known), and whether the count
-    is an estimate."""
-
-    samples: int
-    keys: tuple[str, ...] = ()
-    estimated: bool = False
-
-
-@dataclass(frozen=True)
-class SkipRecord:
+class SkipRecord(NamedTuple):
     """One skip: ``samples`` lost from shard ``url`` (``keys``: those known), and why."""
 
     url: str
@@ -144,48 +133,3 @@ def skip_sink() -> SkipSink:
 def drain_skips() -> list[SkipRecord]:
     """``skip_sink().drain()``."""
     return _SINK.drain()
-
-
-@dataclass
-class ShardHistory:
-    """Shards read to their end so far: the basis for estimating what a failure cost."""
-
-    shards: int = 0
-    samples: int = 0
-    sample_bytes: int = 0
-    tail_bytes: list[int] = field(default_factory=list)
-
-    def finished(self, samples: int, end_offset: int, size: int | None) -> None:
-        """A shard ended cleanly after ``samples`` samples; its end-of-archive blocks start
-        at ``end_offset`` of ``size`` bytes."""
-        self.shards += 1
-        self.samples += samples
-        self.sample_bytes += end_offset
-        if size is not None and len(self.tail_bytes) < 64:
-            self.tail_bytes.append(max(0, size - end_offset))
-
-    def per_shard(self) -> float | None:
-        """Mean samples per finished shard (None before the first)."""
-        return self.samples / self.shards if self.shards else None
-
-    def tail(self) -> int:
-        """Typical end padding of a shard (tar writes 2 zero blocks, often padded more)."""
-        if not self.tail_bytes:
-            return 1024
-        return sorted(self.tail_bytes)[len(self.tail_bytes) // 2]
-
-    def estimate_rest(
-        self, samples_seen: int, bytes_per_sample: float | None, bytes_left: int | None
-    ) -> int | None:
-        """Samples in the unread rest of a shard of which ``samples_seen`` were seen: from
-        ``bytes_left`` at ``bytes_per_sample`` (else the mean of finished shards), or when
-        the bytes say nothing (None), from the mean samples per shard; None if unknown."""
-        per_sample = bytes_per_sample
-        if not per_sample and self.samples:
-            per_sample = self.sample_bytes / self.samples
-        if bytes_left is not None and per_sample:
-            return max(0, round((bytes_left - self.tail()) / per_sample))
-        per_shard = self.per_shard()
-        if per_shard is not None:
-            return max(0, round(per_shard) - samples_seen)
-        return None

@@ -13,8 +13,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import torch
 
@@ -55,17 +54,20 @@ class LoaderStateDict(TypedDict, total=False):
     elastic: Any  # streams merged by merge_checkpoints: one progress for any topology
 
 
-@dataclass
 class EpochStart:
     """Captured when an epoch starts, before it draws anything."""
 
-    generator: torch.Tensor | None
-    global_rng: torch.Tensor | None
-    sampler: Any
+    __slots__ = ("generator", "global_rng", "sampler")
+
+    def __init__(
+        self, generator: torch.Tensor | None, global_rng: torch.Tensor | None, sampler: Any
+    ) -> None:
+        self.generator = generator
+        self.global_rng = global_rng
+        self.sampler = sampler
 
 
-@dataclass
-class Resume:
+class Resume(NamedTuple):
     """A checkpoint being applied to the next epoch."""
 
     state: LoaderStateDict
@@ -182,8 +184,7 @@ class DeliveryLog:
             self.watermark += 1
 
 
-@dataclass(frozen=True)
-class StreamResume:
+class StreamResume(NamedTuple):
     """How each worker of a resumed stream picks up: state to load, or batches to drop."""
 
     states: tuple[bytes | None, ...]

@@ -1,4 +1,5 @@
-"""Cheap counters kept while loading, and the verdict they support.
+"""Cheap counters kept while loading (`StepClock`); the snapshot and verdict they support
+are `conveyor.stats.report` (imported when ``loader.stats()`` is first called).
 
 The training loop alternates between waiting inside ``next(loader)`` and computing
 between calls. `StepClock` splits wall time into those two parts with two
@@ -11,126 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-# Above this share of wall time spent waiting in next(), the loader limits training.
-BOTTLENECK_WAIT_SHARE = 0.10
+if TYPE_CHECKING:
+    from conveyor.stats.report import LoaderStats, StageProfile
 
-
-@dataclass(frozen=True)
-class WorkerStats:
-    """One worker's work this epoch."""
-
-    worker_id: int
-    batches: int
-    busy_s: float  # time spent fetching and collating
-
-
-@dataclass(frozen=True)
-class StageProfile:
-    """One node: items it produced, time inside it with and without its inputs."""
-
-    name: str
-    items: int
-    total_s: float
-    self_s: float
-
-    @property
-    def items_per_s(self) -> float:
-        return self.items / self.total_s if self.total_s > 0 else float("inf")
-
-
-def merge_stages(
-    totals: tuple[StageProfile, ...], more: tuple[StageProfile, ...]
-) -> tuple[StageProfile, ...]:
-    """Add up the same graph's stages measured in several workers (position by position)."""
-    if not totals:
-        return more
-    return tuple(
-        StageProfile(a.name, a.items + b.items, a.total_s + b.total_s, a.self_s + b.self_s)
-        for a, b in zip(totals, more, strict=True)
-    )
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """A snapshot of the current (or last) epoch, from ``DataLoader.stats()``."""
-
-    batches: int
-    samples: int
-    wait_s: float  # time the training loop spent inside next(), after the first batch
-    compute_s: float  # time between next() calls (the training step)
-    workers: tuple[WorkerStats, ...] = field(default_factory=tuple)
-    ready_batches: int = 0  # batches that were already waiting when next() asked (workers)
-    skipped: int = 0  # bad samples dropped by on_error="skip"
-    bytes_moved: int = 0  # bytes that crossed from worker processes (pipe + shared memory)
-    startup_s: float = 0.0  # wait for the first batch (workers starting, caches filling)
-    stages: tuple[StageProfile, ...] = ()  # DataPipe stages, with profile_stages=True
-
-    def slowest_stage(self) -> StageProfile | None:
-        return max(self.stages, key=lambda s: s.self_s, default=None)
-
-    in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
-
-    @property
-    def ready_share(self) -> float:
-        """Share of batches that were ready before the loop asked (workers only)."""
-        return self.ready_batches / self.batches if self.batches else 0.0
-
-    @property
-    def mean_in_flight(self) -> float:
-        """Average number of tasks being worked on when the loop asked for a batch."""
-        return self.in_flight_sum / self.batches if self.batches else 0.0
-
-    @property
-    def elapsed_s(self) -> float:
-        return self.wait_s + self.compute_s
-
-    @property
-    def wait_share(self) -> float:
-        """Fraction of the loop's time spent waiting for data (0 to 1)."""
-        return self.wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def loader_is_bottleneck(self) -> bool:
-        return self.wait_share > BOTTLENECK_WAIT_SHARE
-
-    def slowest_worker(self) -> WorkerStats | None:
-        busy = [w for w in self.workers if w.batches]
-        return max(busy, key=lambda w: w.busy_s / w.batches) if busy else None
-
-    def summary(self) -> str:
-        """One line: throughput, data-wait share, and what limits training."""
-        head = (
-            f"{self.batches} batches, {self.samples_per_s:,.0f} samples/s, first batch after "
-            f"{self.startup_s:.2f} s, then waiting for data {self.wait_share:.0%} of the time"
-        )
-        if self.workers and self.elapsed_s > 0:
-            busy = sum(w.busy_s for w in self.workers) / (len(self.workers) * self.elapsed_s)
-            head += (
-                f", {self.ready_share:.0%} of batches ready when asked, "
-                f"workers busy {min(busy, 1.0):.0%}"
-            )
-        if not self.batches:
-            return head + ": nothing loaded yet"
-        if not self.loader_is_bottleneck:
-            return head + ": the loader keeps up; the training step is the bottleneck"
-        verdict = head + ": the loader is the bottleneck"
-        stage = self.slowest_stage()
-        if stage is not None:
-            verdict += f"; slowest stage: {stage.name} ({stage.self_s:.2f} s of work)"
-        slowest = self.slowest_worker()
-        if slowest is not None:
-            per_batch_ms = 1e3 * slowest.busy_s / slowest.batches
-            verdict += (
-                f" (workers busy {per_batch_ms:.1f} ms per batch; slowest worker "
-                f"{slowest.worker_id}): add workers or make __getitem__/collate cheaper"
-            )
-        return verdict
+__all__ = ["StepClock"]
 
 
 class StepClock:
@@ -196,6 +83,8 @@ class StepClock:
         self.samples += samples
 
     def snapshot(self) -> LoaderStats:
+        from conveyor.stats.report import LoaderStats, WorkerStats
+
         workers = tuple(
             WorkerStats(w, self._worker_batches[w], self._worker_busy[w])
             for w in sorted(self._worker_batches)
@@ -215,6 +104,8 @@ class StepClock:
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:
+        from conveyor.stats.report import merge_stages
+
         if self.stage_source is not None:
             return self.stage_source()
         totals: tuple[StageProfile, ...] = ()
