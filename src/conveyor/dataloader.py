@@ -229,6 +229,7 @@ class DataLoader(TorchDataLoader[T_co]):
         self._mirror_attributes()
         self.__initialized = True
         self.check_worker_number_rationality()
+        workers.kind.warm_up(workers)  # spawn/forkserver: the zygote starts importing now
 
     def _mirror_attributes(self) -> None:
         """Keep the options' values in the instance ``__dict__`` too, under torch's names.
@@ -252,6 +253,7 @@ class DataLoader(TorchDataLoader[T_co]):
     def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
         resolved = resolve_context(context, self.num_workers)
         self._options = self._options.replace("workers", multiprocessing_context=resolved)
+        self._options.workers.kind.warm_up(self._options.workers)
 
     @property
     def worker_type(self) -> str:

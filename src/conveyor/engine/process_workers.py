@@ -8,6 +8,7 @@ batches are pinned by a background thread (engine/pin_thread.py).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import warnings
@@ -97,17 +98,32 @@ class ProcessWorkers:
             warn_copy_on_read(dataset, stacklevel=_STACKLEVEL)
             warn_if_cuda_before_fork(options.multiprocessing_context)
 
-    def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
-        options = setup.workers
-        context = options.context
-        zygote = None
-        if context.get_start_method() in ("spawn", "forkserver"):
-            if self._zygote is None:
-                from conveyor.engine.zygote import Zygote  # only these start methods need it
+    def warm_up(self, options: WorkerOptions) -> None:
+        """spawn/forkserver: start the zygote now, so that its interpreter imports torch
+        while the user builds the model; the first ``iter()`` then only sends the set-up.
+        A failure here (e.g. a spawn child re-importing an unguarded main module) is left
+        for ``iter()`` to raise, where torch would."""
+        if options.num_workers == 0:
+            return
+        with contextlib.suppress(Exception):
+            self._zygote_for(options.context)
 
-                self._zygote = Zygote(context)
-            zygote = self._zygote
-        pool = ProcessPool(setup, context, zygote=zygote)
+    def _zygote_for(self, context: BaseContext) -> Zygote | None:
+        """The loader's zygote for this start method (a new one if the method changed)."""
+        if context.get_start_method() not in ("spawn", "forkserver"):
+            return None
+        zygote = self._zygote
+        if zygote is not None and zygote.start_method == context.get_start_method():
+            return zygote
+        from conveyor.engine.zygote import Zygote  # only these start methods need it
+
+        self.close()
+        self._zygote = Zygote(context)
+        return self._zygote
+
+    def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
+        context = setup.workers.context
+        pool = ProcessPool(setup, context, zygote=self._zygote_for(context))
         if pin is None:
             return pool, None
         return PinningPool(pool, pin), None  # pinned in a background thread

@@ -32,6 +32,9 @@ class ThreadWorkers:
     def check_start(self, dataset: Any, options: WorkerOptions) -> None:
         """Nothing to warn about."""
 
+    def warm_up(self, options: WorkerOptions) -> None:
+        """Threads start in microseconds: nothing to prepare."""
+
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
         return ThreadPool(setup), pin  # the iterator pins as it hands batches out
 

@@ -161,6 +161,10 @@ class WorkerKind(Protocol):
     def check_start(self, dataset: Any, options: WorkerOptions) -> None:
         """Before an iterator starts workers: warn about what this kind does badly here."""
 
+    def warm_up(self, options: WorkerOptions) -> None:
+        """The loader was built: start, in the background, what the first ``iter()`` would
+        otherwise wait for (a zygote's interpreter and imports). Never raises."""
+
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
         """Start ``setup.workers.num_workers`` workers. Returns the pool and the pin
         function the iterator must still apply (None when the pool pins by itself)."""

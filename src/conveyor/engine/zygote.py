@@ -249,6 +249,7 @@ class Zygote:
 
     def __init__(self, context: BaseContext):
         self._context = context
+        self.start_method = context.get_start_method()
         self._lock = threading.Lock()
         self._setup_digest = b""
         self._control, child_end = context.Pipe(duplex=True)
