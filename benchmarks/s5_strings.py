@@ -9,7 +9,8 @@ its children every 50 ms from /proc/PID/smaps_rollup; the figure is the peak of 
 
 Configurations (2 workers, batch 1024, collate returns the batch's length):
 ``torch numpy`` (the reference: one fixed-width NumPy ``S`` array), ``torch list``,
-``conveyor list``, ``conveyor StringTable`` and ``conveyor list, thread workers``.
+``conveyor list``, ``conveyor StringTable``, and thread workers over the list, the
+StringTable and the NumPy array.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CONFIGS = {
     "conveyor list": ("conveyor", "list", "process"),
     "conveyor StringTable": ("conveyor", "table", "process"),
     "conveyor list, threads": ("conveyor", "list", "thread"),
+    "conveyor StringTable, threads": ("conveyor", "table", "thread"),
+    "conveyor numpy, threads": ("conveyor", "numpy", "thread"),
 }
 
 CHILD = textwrap.dedent(

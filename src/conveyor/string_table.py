@@ -23,7 +23,8 @@ class StringTable(Sequence[Any]):
     """An immutable sequence of ``str`` (or ``bytes``) stored in two NumPy arrays.
 
     ``items`` are all ``str`` or all ``bytes``; indexing returns the same type. Memory:
-    the encoded characters plus 8 bytes per item, shared between forked workers.
+    the encoded characters plus 4 bytes per item (8 past 4 GiB of characters),
+    shared between forked workers.
     """
 
     __slots__ = ("_as_bytes", "_buffer", "_offsets")
@@ -42,8 +43,11 @@ class StringTable(Sequence[Any]):
             encoded.append(item if isinstance(item, bytes) else item.encode("utf-8"))
         self._as_bytes = bool(as_bytes)
         lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-        self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=self._offsets[1:])
+        total = int(lengths.sum())
+        # 4-byte offsets while the characters fit in 4 GiB: half the per-item overhead
+        offsets_dtype = np.uint32 if total < 2**32 else np.int64
+        self._offsets = np.zeros(len(encoded) + 1, dtype=offsets_dtype)
+        np.cumsum(lengths, out=self._offsets[1:], dtype=offsets_dtype)
         self._buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8)
 
     def __len__(self) -> int:
