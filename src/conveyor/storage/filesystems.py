@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -130,6 +131,24 @@ _HTTP_SCHEMES = frozenset({"http", "https"})
 _S3_SCHEMES = frozenset({"s3", "s3a"})
 
 
+def require_async(fs: Any, scheme: str) -> None:
+    """conveyor's ranged reads run on the driver's event loop: an old, synchronous driver
+    (s3fs before 2021, say, which pip may pick to please another package's pins) gets a
+    clear error instead of ``'S3FileSystem' object has no attribute 'loop'``."""
+    from fsspec.asyn import AsyncFileSystem
+
+    if isinstance(fs, AsyncFileSystem):
+        return
+    package = type(fs).__module__.split(".")[0]
+    version = getattr(sys.modules.get(package), "__version__", "unknown version")
+    raise ImportError(
+        f"conveyor reads {scheme}:// through an asynchronous fsspec file system, and "
+        f"{type(fs).__name__} from {package} {version} is not one. Install conveyor's remote "
+        "extra, which needs s3fs>=2024.2 and aiohttp>=3.9: pip install 'conveyor[remote]' "
+        "(if another package pins an older s3fs, resolve both in one pip command)."
+    )
+
+
 class RemoteFileSystem:
     """An fsspec file system; paths are returned as full URLs (scheme included).
 
@@ -166,6 +185,8 @@ class RemoteFileSystem:
         return str(self.fs.unstrip_protocol(path))
 
     def _source(self, url: str) -> RangeSource | None:
+        if self.scheme in _HTTP_SCHEMES | _S3_SCHEMES:
+            require_async(self.fs, self.scheme)
         if self.scheme in _HTTP_SCHEMES:
             from conveyor.storage.http_source import HttpSource
 

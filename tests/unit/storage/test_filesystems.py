@@ -123,3 +123,16 @@ def test_storage_never_imports_torch() -> None:
             else:
                 continue
             assert not any(n == "torch" or n.startswith("torch.") for n in names), path
+
+
+def test_a_synchronous_s3_driver_is_refused_with_what_to_install() -> None:
+    """pip once resolved s3fs to 0.4.2 (synchronous) to please another package's pins:
+    the error must name the driver and the fix, not ``no attribute 'loop'``."""
+    from conveyor.storage.filesystems import RemoteFileSystem
+
+    class S3FileSystem(fsspec.AbstractFileSystem):  # a synchronous driver, as s3fs 0.4 was
+        protocol = "s3"
+
+    remote = RemoteFileSystem(S3FileSystem(), "s3")
+    with pytest.raises(ImportError, match=r"S3FileSystem from .* is not one.*conveyor\[remote\]"):
+        remote._source("s3://bucket/shard.tar")
