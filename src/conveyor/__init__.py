@@ -5,7 +5,7 @@ mirror torch's (``conveyor.sampler``, ``conveyor.dataset``, ...), so imports by 
 working after replacing ``torch.utils.data`` with ``conveyor``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.collate import default_collate, default_convert
 from conveyor.dataloader import DataLoader
@@ -21,6 +21,7 @@ from conveyor.dataset import (
 )
 from conveyor.distributed import DistributedSampler
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.lazy_names import lazy_exports
 from conveyor.sampler import (
     BatchSampler,
     RandomSampler,
@@ -113,22 +114,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The names in `_LAZY`, imported when first asked for (``from conveyor import X`` too),
-    and submodules not imported yet (``import conveyor; conveyor.datapipes.iter``, as torch's
-    eagerly imported submodules allow)."""
-    import importlib
-    import importlib.util
-
-    module_name = _LAZY.get(name)
-    if module_name is not None:
-        value = getattr(importlib.import_module(module_name), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'conveyor' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__, submodules=True)

@@ -7,7 +7,7 @@ profiler are imported on first use (``conveyor.datapipes.iter``, a typed method 
 the operations pull in formats and storage (``import conveyor`` time, S4).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from conveyor.datapipes.base import (
     Cursor,
@@ -18,6 +18,7 @@ from conveyor.datapipes.base import (
     StateDict,
     functional_datapipe,
 )
+from conveyor.lazy_names import lazy_exports
 
 if TYPE_CHECKING:
     from conveyor.datapipes import iter, map
@@ -47,16 +48,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The operation packages and the profiler, imported when first asked for."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'conveyor.datapipes' has no attribute {name!r}")
-    import importlib
-
-    module = importlib.import_module(module_name)
-    return module if module_name.endswith(name) else getattr(module, name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

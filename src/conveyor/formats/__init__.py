@@ -12,7 +12,9 @@ use, so a loader that only needs `errors` or `skips` does not pull in tar readin
 storage (`import conveyor` time, S4).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from conveyor.lazy_names import lazy_exports
 
 if TYPE_CHECKING:
     from conveyor.formats.decoders import (
@@ -102,17 +104,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """The names of `__all__`, imported from their modules when first asked for."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'conveyor.formats' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

@@ -5,11 +5,11 @@ The snapshot types load on first use: the engine imports only `conveyor.stats.co
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # Eager: the function shadows its submodule's name here (``from conveyor.stats import
 # progress`` must give the function even after ``conveyor.stats.progress`` was imported).
+from conveyor.lazy_names import lazy_exports
 from conveyor.stats.progress import progress
 
 if TYPE_CHECKING:
@@ -26,14 +26,4 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _MODULES.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'conveyor.stats' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES, globals(), __all__)
