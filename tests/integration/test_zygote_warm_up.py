@@ -60,3 +60,29 @@ def test_changing_the_start_method_replaces_the_zygote() -> None:
     spawned.wait(timeout=10)  # the spawn zygote was closed
     assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5]]
     assert [p.pid for p in _new_children(before)] != [spawned.pid]
+
+
+def _worker_environment(worker_id: int) -> None:
+    import os
+
+    assert os.environ.get("CONVEYOR_TEST_SET_LATE") == "after construction"
+    assert os.getcwd() == os.environ["CONVEYOR_TEST_CWD"]
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_see_the_environment_as_of_iter_not_of_construction(
+    context: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch starts spawn workers at ``iter()``: what was set after the loader was built
+    reaches them. The zygote started earlier must hand it on all the same."""
+    loader = conveyor.DataLoader(
+        Range(4),
+        batch_size=2,
+        num_workers=2,
+        multiprocessing_context=context,
+        worker_init_fn=_worker_environment,
+    )
+    monkeypatch.setenv("CONVEYOR_TEST_SET_LATE", "after construction")
+    monkeypatch.setenv("CONVEYOR_TEST_CWD", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]

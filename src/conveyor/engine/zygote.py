@@ -7,6 +7,10 @@ worker set-up once and forks the workers of each epoch. The zygote is single-thr
 and was started clean, so its forks are as safe as spawned processes (no inherited
 threads, locks or CUDA state from the main process).
 
+The zygote starts when the loader is built; before it forks an epoch's workers it takes
+the main process's environment variables, ``sys.path`` and working directory as they are
+at that ``iter()``, as torch's workers, started then, would.
+
 The zygote reaps its workers (through pidfds) and reports each exit code on the epoch's
 status pipe; the main process watches the workers through pidfds of its own, so a dead
 worker is noticed at once, exactly as with directly started processes. The worker
@@ -22,6 +26,7 @@ import hashlib
 import os
 import pickle
 import signal
+import sys
 import threading
 import traceback
 import weakref
@@ -35,7 +40,7 @@ from conveyor.engine.shutdown import stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
-_SETUP, _FORK = "setup", "fork"
+_SETUP, _FORK, _ENVIRONMENT = "setup", "fork", "environment"
 _NO_SEEDS = EpochSeeds(0)  # the cached set-up is the same for every epoch's seeds
 
 
@@ -127,7 +132,9 @@ def zygote_main(control: connection.Connection) -> None:
             if message is None:
                 _kill_all(epochs)
                 return
-            if message[0] == _SETUP:
+            if message[0] == _ENVIRONMENT:
+                _adopt_environment(*message[1])
+            elif message[0] == _SETUP:
                 setup = pickle.loads(message[1])
             elif message[0] == _FORK:
                 try:
@@ -139,6 +146,16 @@ def zygote_main(control: connection.Connection) -> None:
                 epochs.append(epoch)
                 control.send([pid for _, pid in epoch.pidfds.values()])
         epochs = [e for e in epochs if e.pidfds]
+
+
+def _adopt_environment(environ: dict[str, str], path: list[str], cwd: str) -> None:
+    """The main process's environment, import path and working directory as of ``iter()``:
+    what torch's spawn workers, started then, would have had (the zygote started earlier)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.path[:] = path
+    with contextlib.suppress(OSError):
+        os.chdir(cwd)
 
 
 def _receive_connections(control: connection.Connection, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -252,6 +269,7 @@ class Zygote:
         self.start_method = context.get_start_method()
         self._lock = threading.Lock()
         self._setup_digest = b""
+        self._environment_digest = b""
         self._control, child_end = context.Pipe(duplex=True)
         self._process = context.Process(  # type: ignore[attr-defined]
             target=zygote_main, args=(child_end,), name="conveyor-zygote", daemon=True
@@ -286,7 +304,13 @@ class Zygote:
             plain_jobs.append((target, tuple(plain_args)))
         request = pickle.dumps((len(handles), plain_jobs), protocol=pickle.HIGHEST_PROTOCOL)
         pid = self._process.pid
+        # what a worker started now would inherit (the zygote may have started long ago)
+        environment = (dict(os.environ), list(sys.path), os.getcwd())
+        environment_digest = hashlib.blake2b(pickle.dumps(environment), digest_size=16).digest()
         with self._lock:
+            if environment_digest != self._environment_digest:
+                self._control.send((_ENVIRONMENT, environment))
+                self._environment_digest = environment_digest
             if digest != self._setup_digest:
                 self._control.send((_SETUP, blob))
                 self._setup_digest = digest
