@@ -154,3 +154,22 @@ def test_state_dict_json_form_is_fresh_each_call_and_follows_tensor_changes() ->
     assert to_json({"g": tensor})["g"]["__tensor__"] == [0, 1, 2, 3, 4, 5]
     tensor[0] = 7
     assert to_json({"g": tensor})["g"]["__tensor__"][0] == 7
+
+
+def test_state_json_form_takes_tensors_of_any_rank() -> None:
+    """A dataset's state may hold 0-d tensors (torchdata's TestDynamicStateIterableDataset
+    does): each rank round-trips, and no call's lists are another call's."""
+    from conveyor.stateful_dataloader.torchdata_state import from_json, to_json
+
+    state = {
+        "scalar": torch.tensor(3, dtype=torch.int8),
+        "vector": torch.arange(4),
+        "matrix": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+    }
+    first, second = to_json(state), to_json(state)
+    assert first["scalar"] == {"__tensor__": 3, "dtype": "int8"}
+    first["matrix"]["__tensor__"][0][0] = 99.0
+    assert second["matrix"]["__tensor__"][0][0] == 0.0
+    back = from_json(second)
+    for key, tensor in state.items():
+        assert back[key].dtype == tensor.dtype and torch.equal(back[key], tensor)

@@ -39,7 +39,10 @@ class _TensorLists:
     def __init__(self) -> None:
         self._cache: dict[int, tuple[weakref.ref[torch.Tensor], int, list[Any]]] = {}
 
-    def of(self, tensor: torch.Tensor) -> list[Any]:
+    def of(self, tensor: torch.Tensor) -> Any:
+        """``tensor.tolist()``: a fresh list each call (the caller may change it)."""
+        if tensor.dim() != 1:
+            return tensor.tolist()  # a number (0-d), or nested lists: converted each time
         key = id(tensor)
         hit = self._cache.get(key)
         if hit is not None and hit[0]() is tensor and hit[1] == tensor._version:
