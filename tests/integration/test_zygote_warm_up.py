@@ -50,16 +50,25 @@ def test_a_fork_or_thread_loader_starts_nothing_when_built() -> None:
     assert [len(list(loader)) for loader in loaders] == [4, 4, 4]
 
 
-def test_changing_the_start_method_replaces_the_zygote() -> None:
+def test_changing_the_start_method_starts_a_new_zygote_and_spares_live_workers() -> None:
+    """A persistent iterator keeps its spawn workers (as torch's keeps its own) when the
+    start method changes; the old zygote ends with the loader."""
     before = _before()
     loader = conveyor.DataLoader(
         Range(6), batch_size=3, num_workers=2, multiprocessing_context="spawn"
     )
     (spawned,) = _new_children(before)
+    first = iter(loader)
+    head = next(first).tolist()
     loader.multiprocessing_context = "forkserver"
-    spawned.wait(timeout=10)  # the spawn zygote was closed
+    started = [p for p in _new_children(before) if p.pid != spawned.pid]
+    assert any(p.ppid() != spawned.pid for p in started)  # a forkserver zygote
+    assert [head, *(b.tolist() for b in first)] == [[0, 1, 2], [3, 4, 5]]
     assert [b.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5]]
-    assert [p.pid for p in _new_children(before)] != [spawned.pid]
+    assert spawned.is_running()
+    del first, loader
+    gc.collect()
+    spawned.wait(timeout=10)
 
 
 def _worker_environment(worker_id: int) -> None:

@@ -81,6 +81,8 @@ class ProcessWorkers:
 
     def __init__(self) -> None:
         self._zygote: Zygote | None = None
+        # zygotes of an earlier start method: their workers may still serve a live iterator
+        self._retired: list[Zygote] = []
         self._warned = False
 
     def __reduce__(self) -> tuple[type[ProcessWorkers], tuple[()]]:
@@ -117,7 +119,8 @@ class ProcessWorkers:
             return zygote
         from conveyor.engine.zygote import Zygote  # only these start methods need it
 
-        self.close()
+        if zygote is not None:
+            self._retired.append(zygote)  # closed with the loader, not under its workers
         self._zygote = Zygote(context)
         return self._zygote
 
@@ -129,8 +132,9 @@ class ProcessWorkers:
         return PinningPool(pool, pin), None  # pinned in a background thread
 
     def close(self) -> None:
-        zygote, self._zygote = self._zygote, None
-        if zygote is not None:
+        zygotes = [*self._retired, *([self._zygote] if self._zygote is not None else [])]
+        self._zygote, self._retired = None, []
+        for zygote in zygotes:
             zygote.close()
 
     # ----- in a worker
