@@ -19,6 +19,7 @@ HEAVY = (
     "conveyor.formats.decoders",
     "conveyor.storage",
     "conveyor.mixture",
+    "conveyor.engine.ray_workers",
 )
 
 

@@ -7,8 +7,7 @@ paths produce identical batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
@@ -16,8 +15,7 @@ from conveyor.state import stream_state
 from conveyor.state.protocol import has_state
 
 
-@dataclass(frozen=True)
-class FetchSpec:
+class FetchSpec(NamedTuple):
     """How a request becomes a batch; derived from the loader's options, sent to workers."""
 
     dataset: Any

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -13,8 +12,7 @@ from conveyor.engine.options import LoaderOptions
 __all__ = ["EpochHooks", "LoadPlan"]
 
 
-@dataclass(frozen=True)
-class EpochHooks:
+class EpochHooks(NamedTuple):
     """Services the facade lends the engine at ``iter()`` (none are options)."""
 
     # Per-worker graph preparation (DataPipes: sharding, seeding): (dataset, worker_id,
@@ -28,8 +26,7 @@ class EpochHooks:
     all_ranks_have: Callable[[bool], bool] | None = None
 
 
-@dataclass(frozen=True)
-class LoadPlan:
+class LoadPlan(NamedTuple):
     """The loader's options as of ``iter()``, with the hooks of that moment."""
 
     options: LoaderOptions

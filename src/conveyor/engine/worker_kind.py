@@ -12,7 +12,7 @@ import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from conveyor.engine.fetch import FetchSpec
 from conveyor.engine.pool import WorkerPool
@@ -128,8 +128,7 @@ class WorkerOptions:
         return max(1, (self.prefetch_factor or 0) * self.num_workers)
 
 
-@dataclass(frozen=True)
-class WorkerSetup:
+class WorkerSetup(NamedTuple):
     """Everything a worker needs, pickled once for all workers under spawn/forkserver."""
 
     fetch: FetchSpec

@@ -9,16 +9,26 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from conveyor.engine.process_workers import ProcessWorkers
-from conveyor.engine.ray_workers import RayWorkers
 from conveyor.engine.thread_workers import ThreadWorkers
 from conveyor.engine.worker_kind import WorkerKind
 
 __all__ = ["WORKER_KINDS", "resolve_worker_type", "worker_kind"]
 
+
+def _ray_workers(
+    ray_remote_args: Mapping[str, Any] | None = None, max_worker_restarts: int = 0
+) -> WorkerKind:
+    # Loaded on first use: most loaders never run on Ray (ray itself is imported even
+    # later, when the pool starts).
+    from conveyor.engine.ray_workers import RayWorkers
+
+    return RayWorkers(ray_remote_args, max_worker_restarts)
+
+
 WORKER_KINDS: dict[str, Callable[[], WorkerKind]] = {
     "process": ProcessWorkers,
     "thread": ThreadWorkers,
-    "ray": RayWorkers,  # imports ray only when its pool starts
+    "ray": _ray_workers,
 }
 
 
@@ -47,7 +57,7 @@ def worker_kind(
     """
     name = resolve_worker_type(name, None)
     if name == "ray":
-        return RayWorkers(ray_remote_args, max_worker_restarts or 0)
+        return _ray_workers(ray_remote_args, max_worker_restarts or 0)
     for argument, value in (
         ("ray_remote_args", ray_remote_args),
         ("max_worker_restarts", max_worker_restarts),

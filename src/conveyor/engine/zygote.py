@@ -178,8 +178,7 @@ def _fork_epoch(
     inherited += [fd for e in epochs for fd in e.pidfds]
     for index, (target, raw_args) in enumerate(jobs):
         args = tuple(
-            dataclasses.replace(setup, seeds=a.seeds) if isinstance(a, SetupRef) else a
-            for a in raw_args
+            setup._replace(seeds=a.seeds) if isinstance(a, SetupRef) else a for a in raw_args
         )
         later = [c for _, other in jobs[index + 1 :] for c in _connections(other)]
         pid = _fork_one(target, args, inherited + later + list(epoch.pidfds))
@@ -286,7 +285,7 @@ class Zygote:
         Connections in ``args`` travel to the zygote and are closed here by the caller.
         """
         blob = pickle.dumps(
-            dataclasses.replace(setup, seeds=_NO_SEEDS),
+            setup._replace(seeds=_NO_SEEDS),
             protocol=pickle.HIGHEST_PROTOCOL,
         )
         digest = hashlib.blake2b(blob, digest_size=16).digest()

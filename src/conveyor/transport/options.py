@@ -8,7 +8,7 @@ per-loader form handed to every worker process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 __all__ = ["ENV_SHM_DIR", "ENV_SHM_MAX_BYTES", "ENV_SLABS_PER_WORKER", "SlabConfig", "SlabOptions"]
 
@@ -37,8 +37,7 @@ def _env_int(name: str) -> int | None:
     return value
 
 
-@dataclass(frozen=True)
-class SlabOptions:
+class SlabOptions(NamedTuple):
     """How a loader's worker processes hand batches to the main process."""
 
     shm_dir: str = DEFAULT_SHM_DIR
@@ -58,10 +57,10 @@ class SlabOptions:
         options = cls(shm_dir=os.environ.get(ENV_SHM_DIR) or DEFAULT_SHM_DIR)
         max_bytes = _env_int(ENV_SHM_MAX_BYTES)
         if max_bytes is not None:
-            options = replace(options, max_shm_bytes=max_bytes)
+            options = options._replace(max_shm_bytes=max_bytes)
         slabs = _env_int(ENV_SLABS_PER_WORKER)
         if slabs is not None:
-            options = replace(options, slabs_per_worker=max(1, slabs))
+            options = options._replace(slabs_per_worker=max(1, slabs))
         return options
 
     def resolve(self, prefix: str, num_workers: int, prefetch_factor: int) -> SlabConfig:
@@ -79,8 +78,7 @@ class SlabOptions:
         )
 
 
-@dataclass(frozen=True)
-class SlabConfig:
+class SlabConfig(NamedTuple):
     """One loader's resolved slab settings (picklable: sent to spawn/forkserver workers)."""
 
     prefix: str

@@ -21,7 +21,6 @@ import errno
 import mmap
 import os
 import re
-import secrets
 import sys
 from typing import Any
 
@@ -73,7 +72,7 @@ def loader_prefix() -> str:
     The token keeps two loaders of one process apart, so closing one never touches the
     other's slabs.
     """
-    return f"{process_prefix()}{secrets.token_hex(4)}-"
+    return f"{process_prefix()}{os.urandom(4).hex()}-"
 
 
 def slab_name(prefix: str, worker_id: int, slab_id: int) -> str:
