@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from conveyor.lazy_names import lazy_exports
+
 # Eager: the function shadows its submodule's name here (``from conveyor.stats import
 # progress`` must give the function even after ``conveyor.stats.progress`` was imported).
-from conveyor.lazy_names import lazy_exports
 from conveyor.stats.progress import progress
 
 if TYPE_CHECKING:
