@@ -88,7 +88,7 @@ class _Option(Generic[V]):
         return value
 
     def __set__(self, loader: DataLoader[Any], value: V) -> None:
-        loader._options = loader._options.replace(self._concern, **{self._field: value})
+        loader._options = loader._options.changed(self._concern, **{self._field: value})
         loader.__dict__[self._name] = self.__get__(loader, type(loader))
 
 
@@ -98,7 +98,8 @@ class DataLoader(TorchDataLoader[T_co]):
     Differences (additions only):
         worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
             run as threads of this process: no start-up cost, no transfer, best for I/O
-            and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias.
+            and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias
+            (it also takes torch's ``"multiprocessing"`` for processes).
             ``"ray"``: workers are Ray actors on the process's Ray cluster (``ray.init()``
             if none; ``pip install conveyor[ray]``), batches through Ray's object store;
             a lost actor or node costs no sample (docs/scaling-out.md).
@@ -252,7 +253,7 @@ class DataLoader(TorchDataLoader[T_co]):
     @multiprocessing_context.setter
     def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
         resolved = resolve_context(context, self.num_workers)
-        self._options = self._options.replace("workers", multiprocessing_context=resolved)
+        self._options = self._options.changed("workers", multiprocessing_context=resolved)
         self._options.workers.kind.warm_up(self._options.workers)
 
     @property
@@ -263,7 +264,7 @@ class DataLoader(TorchDataLoader[T_co]):
     @worker_type.setter
     def worker_type(self, name: str) -> None:
         old = self._options.workers.kind
-        self._options = self._options.replace("workers", kind=worker_kind(name))
+        self._options = self._options.changed("workers", kind=worker_kind(name))
         self.__dict__["worker_type"] = name
         old.close()
 

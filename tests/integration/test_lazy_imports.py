@@ -153,3 +153,29 @@ def test_submodules_are_attributes_of_the_package_as_in_torch() -> None:
         """
     )
     assert out.splitlines() == ["IterableWrapper traverse_dps", "True True"]
+
+
+def test_import_holds_garbage_collection_off_and_restores_the_users_setting() -> None:
+    out = _run(
+        """
+        import gc, sys
+        import torch
+        started = []
+
+        def importing():
+            package = sys.modules.get("conveyor")
+            return package is not None and "_LAZY" not in vars(package)
+
+        gc.callbacks.append(lambda phase, info: phase == "start" and started.append(importing()))
+        import conveyor
+        collections_during_import = sum(started)
+        enabled_after = gc.isenabled()
+        del sys.modules["conveyor"]
+        for name in [m for m in sys.modules if m.startswith("conveyor.")]:
+            del sys.modules[name]
+        gc.disable()
+        import conveyor
+        print(collections_during_import, enabled_after, gc.isenabled())
+        """
+    )
+    assert out.split() == ["0", "True", "False"]

@@ -368,3 +368,42 @@ def test_a_worker_traceback_has_one_header() -> None:
 def test_a_generator_that_is_no_generator_is_refused_at_once() -> None:
     with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
         DataLoader(Range(10), shuffle=True, generator=1)  # type: ignore[arg-type]
+
+
+class _TorchNamesOfWorkerInfo:
+    """Reads what torch 2.13's `WorkerInfo` offers: ``worker_method`` and ``rng``'s names."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> tuple[str, int, float]:
+        info = conveyor.get_worker_info()
+        assert info is not None and info.rng is not None
+        rng = info.rng
+        draw = int(torch.randint(0, 10**6, (1,), generator=rng.torch_generator))
+        assert rng.random_generator is rng.random and rng.numpy_generator is rng.numpy
+        return info.worker_method, draw, rng.random_generator.random()
+
+
+@pytest.mark.parametrize(
+    ("worker_type", "method"),
+    [("process", "multiprocessing"), ("thread", "thread")],
+)
+def test_worker_info_answers_to_torchs_names(worker_type: str, method: str) -> None:
+    import dataclasses
+
+    from torch.utils.data._utils.worker import WorkerInfo as TorchWorkerInfo
+
+    ours = [f.name for f in dataclasses.fields(conveyor.WorkerInfo)]
+    theirs = [f.name for f in dataclasses.fields(TorchWorkerInfo)]
+    assert ours[:5] == theirs[:5]  # positional construction means the same
+    loader = DataLoader(
+        _TorchNamesOfWorkerInfo(),
+        batch_size=None,
+        num_workers=2,
+        worker_method="multiprocessing" if worker_type == "process" else worker_type,
+    )
+    assert loader.worker_type == worker_type
+    rows = list(loader)
+    assert {row[0] for row in rows} == {method}
+    assert rows[0][1:] != rows[1][1:]  # each worker draws from its own generators

@@ -1,4 +1,4 @@
-"""A loader's options: one frozen dataclass per concern, each checked in ``__post_init__``.
+"""A loader's options: one immutable record per concern, each checked as it is built.
 
 The facade builds one `LoaderOptions` in ``DataLoader.__init__``; every later change of a
 torch attribute (``loader.num_workers = 2``) replaces the concern it belongs to, which
@@ -8,14 +8,13 @@ the worker set-up) instead of copying fields. Messages are torch's wherever torc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from conveyor.engine.fetch import FetchSpec
+from conveyor.engine.frozen import Frozen
 from conveyor.engine.worker_kind import WorkerOptions
 
 __all__ = [
@@ -31,10 +30,20 @@ __all__ = [
 ON_ERROR_POLICIES = ("raise", "skip")
 
 
-@dataclass(frozen=True)
-class DataOptions:
+class DataOptions(Frozen):
     """What an epoch reads, in which order, and how one request becomes a batch."""
 
+    __slots__ = (
+        "batch_sampler",
+        "batch_size",
+        "collate_fn",
+        "dataset",
+        "drop_last",
+        "generator",
+        "is_graph",
+        "iterable_style",
+        "sampler",
+    )
     dataset: Any
     sampler: Iterable[Any]
     batch_sampler: Iterable[list[Any]] | None
@@ -43,14 +52,36 @@ class DataOptions:
     collate_fn: Callable[[Any], Any]
     generator: torch.Generator | None
     iterable_style: bool
-    is_graph: bool = False  # a DataPipe graph: sharded and seeded per worker
+    is_graph: bool  # a DataPipe graph: sharded and seeded per worker
 
-    def __post_init__(self) -> None:
-        if self.batch_size is None and self.drop_last:
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: Iterable[Any],
+        batch_sampler: Iterable[list[Any]] | None,
+        batch_size: int | None,
+        drop_last: bool,
+        collate_fn: Callable[[Any], Any],
+        generator: torch.Generator | None,
+        iterable_style: bool,
+        is_graph: bool = False,
+    ) -> None:
+        if batch_size is None and drop_last:
             raise ValueError(
                 "batch_size=None option disables auto-batching and is mutually exclusive "
                 "with drop_last"
             )
+        self._set(
+            dataset=dataset,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            generator=generator,
+            iterable_style=iterable_style,
+            is_graph=is_graph,
+        )
 
     @property
     def auto_collation(self) -> bool:
@@ -66,29 +97,30 @@ class DataOptions:
         return getattr(self.index_sampler, "batch_size", None) or 1
 
 
-@dataclass(frozen=True)
-class PinOptions:
+class PinOptions(Frozen):
     """``pin_memory`` and its device (``""``: the current accelerator)."""
 
-    enabled: bool = False
-    device: str = ""
+    __slots__ = ("device", "enabled")
+    enabled: bool
+    device: str
+
+    def __init__(self, enabled: bool = False, device: str = "") -> None:
+        self._set(enabled=enabled, device=device)
 
 
-@dataclass(frozen=True)
-class ErrorOptions:
+class ErrorOptions(Frozen):
     """What a sample whose ``__getitem__`` raises does: stop loading, or be skipped."""
 
-    on_error: str = "raise"
-    max_skipped: int | None = None  # per epoch; past it loading stops with an error
+    __slots__ = ("max_skipped", "on_error")
+    on_error: str
+    max_skipped: int | None  # per epoch; past it loading stops with an error
 
-    def __post_init__(self) -> None:
-        if self.on_error not in ON_ERROR_POLICIES:
-            raise ValueError(
-                f"on_error should be one of {ON_ERROR_POLICIES}, but got {self.on_error!r}"
-            )
-        skipped = self.max_skipped
-        if skipped is not None and (not isinstance(skipped, int) or skipped < 0):
-            raise ValueError(f"max_skipped should be None or an int >= 0, but got {skipped!r}")
+    def __init__(self, on_error: str = "raise", max_skipped: int | None = None) -> None:
+        if on_error not in ON_ERROR_POLICIES:
+            raise ValueError(f"on_error should be one of {ON_ERROR_POLICIES}, but got {on_error!r}")
+        if max_skipped is not None and (not isinstance(max_skipped, int) or max_skipped < 0):
+            raise ValueError(f"max_skipped should be None or an int >= 0, but got {max_skipped!r}")
+        self._set(on_error=on_error, max_skipped=max_skipped)
 
     @property
     def skip_bad_samples(self) -> bool:
@@ -104,39 +136,69 @@ def check_snapshot_steps(steps: int | None) -> None:
         )
 
 
-@dataclass(frozen=True)
-class LoaderOptions:
+_NO_PIN = PinOptions()
+_RAISE = ErrorOptions()
+
+
+class LoaderOptions(Frozen):
     """Everything a DataLoader was configured with, checked; the engine's only input."""
 
+    __slots__ = (
+        "data",
+        "errors",
+        "fullsync",
+        "pin",
+        "profile_stages",
+        "snapshot_every_n_steps",
+        "workers",
+    )
     data: DataOptions
     workers: WorkerOptions
-    pin: PinOptions = PinOptions()
-    errors: ErrorOptions = ErrorOptions()
-    fullsync: bool = False  # under torch.distributed, every rank stops with the first
-    profile_stages: bool = False  # time every stage of a DataPipe graph
-    snapshot_every_n_steps: int | None = None  # torchdata's; every step is exact here
+    pin: PinOptions
+    errors: ErrorOptions
+    fullsync: bool  # under torch.distributed, every rank stops with the first
+    profile_stages: bool  # time every stage of a DataPipe graph
+    snapshot_every_n_steps: int | None  # torchdata's; every step is exact here
 
-    def __post_init__(self) -> None:
-        check_snapshot_steps(self.snapshot_every_n_steps)
-        if self.errors.skip_bad_samples and self.data.iterable_style:
+    def __init__(
+        self,
+        data: DataOptions,
+        workers: WorkerOptions,
+        pin: PinOptions = _NO_PIN,
+        errors: ErrorOptions = _RAISE,
+        fullsync: bool = False,
+        profile_stages: bool = False,
+        snapshot_every_n_steps: int | None = None,
+    ) -> None:
+        check_snapshot_steps(snapshot_every_n_steps)
+        if errors.skip_bad_samples and data.iterable_style:
             raise ValueError(
                 "on_error='skip' applies to map-style datasets: a stream cannot go on after "
                 "its iterator raised. Give the stream its own policy (e.g. "
                 "conveyor.TarShards(..., on_error='skip'))."
             )
-        if self.profile_stages and not self.data.is_graph:
+        if profile_stages and not data.is_graph:
             raise ValueError(
                 "profile_stages=True times the stages of a DataPipe graph; this dataset is "
-                f"a {type(self.data.dataset).__name__}. Time __getitem__ with stats() instead."
+                f"a {type(data.dataset).__name__}. Time __getitem__ with stats() instead."
             )
+        self._set(
+            data=data,
+            workers=workers,
+            pin=pin,
+            errors=errors,
+            fullsync=fullsync,
+            profile_stages=profile_stages,
+            snapshot_every_n_steps=snapshot_every_n_steps,
+        )
 
-    def replace(self, concern: str, **changes: Any) -> LoaderOptions:
+    def changed(self, concern: str, **changes: Any) -> LoaderOptions:
         """A copy with ``changes`` made to one concern (``"data"``, ``"workers"``, ...) or,
         with ``concern=""``, to this object's own fields; every check runs again."""
         if not concern:
-            return dataclasses.replace(self, **changes)
-        part = dataclasses.replace(getattr(self, concern), **changes)
-        return dataclasses.replace(self, **{concern: part})
+            return self.replace(**changes)
+        part = getattr(self, concern).replace(**changes)
+        return self.replace(**{concern: part})
 
     def fetch_spec(self) -> FetchSpec:
         """How a request becomes a batch, as the main process and every worker need it."""

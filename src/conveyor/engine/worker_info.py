@@ -38,6 +38,19 @@ class WorkerRandom:
             self._numpy = np.random.default_rng(self._numpy_state)
         return self._numpy
 
+    # The names of torch's container (``WorkerInfo.rng`` of torch's thread workers).
+    @property
+    def random_generator(self) -> random.Random:
+        return self.random
+
+    @property
+    def torch_generator(self) -> torch.Generator:
+        return self.torch
+
+    @property
+    def numpy_generator(self) -> np.random.Generator:
+        return self.numpy
+
     @classmethod
     def seeded(cls, seed: int, numpy_state: Any) -> WorkerRandom:
         return cls(random.Random(seed), torch.Generator().manual_seed(seed), numpy_state)
@@ -50,17 +63,22 @@ class WorkerRandom:
 class WorkerInfo:
     """Same as `torch.utils.data.WorkerInfo`: id, num_workers, seed and the worker's dataset.
 
-    Differences: it is a frozen dataclass (torch forbids setting attributes after
-    construction too), carries ``worker_type`` (``"process"`` or ``"thread"``) and
-    ``rng``, generators private to this worker (see `WorkerRandom`).
+    A frozen dataclass with torch's first five fields in torch's order. ``rng`` holds
+    generators private to this worker (see `WorkerRandom`), in process workers too;
+    ``worker_type`` is the loader's (``"process"``, ``"thread"`` or ``"ray"``) and
+    ``worker_method`` the same in torch's words (``"multiprocessing"`` for processes).
     """
 
     id: int
     num_workers: int
     seed: int
     dataset: Any
-    worker_type: str = "process"
     rng: WorkerRandom | None = None
+    worker_type: str = "process"
+
+    @property
+    def worker_method(self) -> str:
+        return "multiprocessing" if self.worker_type == "process" else self.worker_type
 
 
 # A process worker sets the process-wide value; a thread worker sets a thread-local one so

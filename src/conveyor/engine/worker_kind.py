@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, NamedTuple, Protocol
 
 from conveyor.engine.fetch import FetchSpec
+from conveyor.engine.frozen import Frozen
 from conveyor.engine.pool import WorkerPool
 from conveyor.engine.seeding import EpochSeeds
 from conveyor.engine.worker_info import WorkerInfo
@@ -89,8 +89,7 @@ def resolve_context(context: str | BaseContext | None, num_workers: int) -> Base
     return context
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
+class WorkerOptions(Frozen):
     """How workers run; fixed for the life of an iterator (persistent workers are reused).
 
     ``num_workers=0`` loads in the calling thread. The checks that tie arguments together
@@ -98,23 +97,56 @@ class WorkerOptions:
     here each field is checked on its own, so ``loader.num_workers = 0`` stays allowed.
     """
 
+    __slots__ = (
+        "in_order",
+        "kind",
+        "multiprocessing_context",
+        "num_workers",
+        "persistent_workers",
+        "prefetch_factor",
+        "slab_options",
+        "timeout_s",
+        "worker_init_fn",
+    )
     kind: WorkerKind
-    num_workers: int = 0
-    prefetch_factor: int | None = None
-    multiprocessing_context: BaseContext | None = None  # None: the default start method
-    worker_init_fn: Callable[[int], None] | None = None
-    persistent_workers: bool = False
-    timeout_s: float = 0  # 0: wait forever (kept as given: ``loader.timeout`` reads it)
-    in_order: bool = True
-    slab_options: SlabOptions | None = None  # process workers' transport; None: from env
+    num_workers: int
+    prefetch_factor: int | None
+    multiprocessing_context: BaseContext | None  # None: the default start method
+    worker_init_fn: Callable[[int], None] | None
+    persistent_workers: bool
+    timeout_s: float  # 0: wait forever (kept as given: ``loader.timeout`` reads it)
+    in_order: bool
+    slab_options: SlabOptions | None  # process workers' transport; None: from env
 
-    def __post_init__(self) -> None:
-        if self.num_workers < 0:
+    def __init__(
+        self,
+        kind: WorkerKind,
+        num_workers: int = 0,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: BaseContext | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        persistent_workers: bool = False,
+        timeout_s: float = 0,
+        in_order: bool = True,
+        slab_options: SlabOptions | None = None,
+    ) -> None:
+        if num_workers < 0:
             raise ValueError(_NEGATIVE_WORKERS)
-        if self.timeout_s < 0:
+        if timeout_s < 0:
             raise ValueError(_NEGATIVE_TIMEOUT)
-        if self.prefetch_factor is not None and self.prefetch_factor < 0:
+        if prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError(_NEGATIVE_PREFETCH)
+        self._set(
+            kind=kind,
+            num_workers=num_workers,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+            worker_init_fn=worker_init_fn,
+            persistent_workers=persistent_workers,
+            timeout_s=timeout_s,
+            in_order=in_order,
+            slab_options=slab_options,
+        )
 
     @property
     def context(self) -> BaseContext:

@@ -33,7 +33,11 @@ WORKER_KINDS: dict[str, Callable[[], WorkerKind]] = {
 
 
 def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:
-    """``worker_type`` or its alias ``worker_method``, checked; ``"process"`` by default."""
+    """``worker_type`` or its alias ``worker_method``, checked; ``"process"`` by default.
+
+    ``worker_method`` also takes torch's name for processes, ``"multiprocessing"``."""
+    if worker_method == "multiprocessing":
+        worker_method = "process"
     if worker_type is not None and worker_method is not None and worker_type != worker_method:
         raise ValueError(
             f"worker_type={worker_type!r} and its alias worker_method={worker_method!r} "

@@ -44,7 +44,8 @@ def _prepare(setup: WorkerSetup, worker_id: int) -> Any:
     if is_placed(dataset):
         place(dataset, worker_id, workers.num_workers, setup.world, setup.fetch.samples_per_request)
     rng = WorkerRandom.seeded(seed, numpy_seed_state(seeds.base_seed, worker_id))
-    kind.publish(WorkerInfo(worker_id, workers.num_workers, seed, dataset, kind.name, rng))
+    info = WorkerInfo(worker_id, workers.num_workers, seed, dataset, rng, worker_type=kind.name)
+    kind.publish(info)
     if workers.worker_init_fn is not None:
         workers.worker_init_fn(worker_id)
     return dataset

@@ -45,10 +45,10 @@ def test_loader_options_check_across_concerns_and_on_every_change() -> None:
     options = LoaderOptions(_data(), WorkerOptions(kind=ThreadWorkers()))
     assert options.workers.tasks_in_flight == 1
     with pytest.raises(ValueError, match="profile_stages=True times the stages"):
-        options.replace("", profile_stages=True)
+        options.changed("", profile_stages=True)
     with pytest.raises(ValueError, match="on_error='skip' applies to map-style"):
         LoaderOptions(_data(iterable_style=True), options.workers, errors=ErrorOptions("skip"))
-    more = options.replace("workers", num_workers=3, prefetch_factor=2)
+    more = options.changed("workers", num_workers=3, prefetch_factor=2)
     assert more.workers.tasks_in_flight == 6 and options.workers.num_workers == 0
     spec = more.fetch_spec()
     assert spec.dataset is options.data.dataset and not spec.auto_collation
@@ -79,3 +79,22 @@ def test_worker_kinds_come_from_one_factory() -> None:
     kind = ProcessWorkers()
     kind._zygote = object()  # type: ignore[assignment]  # a loader-lived resource
     assert isinstance(pickle.loads(pickle.dumps(kind)), ProcessWorkers)  # sent without it
+
+
+def test_option_records_are_immutable_compared_by_field_and_survive_pickling() -> None:
+    workers = WorkerOptions(kind=ThreadWorkers(), num_workers=2, prefetch_factor=3)
+    with pytest.raises(AttributeError, match="cannot assign to field 'num_workers'"):
+        workers.num_workers = 4
+    with pytest.raises(AttributeError, match="cannot delete field"):
+        del workers.timeout_s
+    errors = ErrorOptions("skip", 3)
+    assert errors == ErrorOptions(on_error="skip", max_skipped=3) != ErrorOptions("skip")
+    assert hash(errors) == hash(ErrorOptions("skip", 3))
+    assert repr(errors) == "ErrorOptions(max_skipped=3, on_error='skip')"
+    assert pickle.loads(pickle.dumps(errors)) == errors
+    with pytest.raises(ValueError, match="max_skipped should be None or an int >= 0"):
+        errors.replace(max_skipped=-1)  # a copy is checked like a new record
+    with pytest.raises(TypeError, match="ErrorOptions has no field 'retries'"):
+        errors.replace(retries=2)
+    moved = workers.replace(num_workers=0)
+    assert (moved.num_workers, moved.prefetch_factor, workers.num_workers) == (0, 3, 2)
