@@ -11,6 +11,7 @@ batch 64, 2 workers, interleaved repetitions (pipelines and RTTs rotate), median
   conveyor-bytes   the same without decoding: raw JPEG bytes (the I/O path alone)
   conveyor-seq     conveyor with RemoteOptions(read_ahead=0): one request at a time
   conveyor-seq-bytes  the same without decoding
+  conveyor-ra8, conveyor-ra8-bytes  read_ahead=8: eight ranged GETs in flight per shard
   wds              webdataset.WebDataset over http:// shard URLs (curl) + torch DataLoader
   wds-bytes        the same without decoding
   s3torch          s3torchconnector S3IterableDataset (sharded over workers) -> tar -> decode
@@ -132,6 +133,15 @@ def p_conveyor_sequential(spec: Spec) -> Iterable[Any]:
     return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
 
 
+def p_conveyor_ahead8(spec: Spec) -> Iterable[Any]:
+    """conveyor with a deeper window: eight ranged GETs in flight per shard (64 MiB)."""
+    urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
+    pipe = TarShards(
+        urls, decode=None, storage_options=spec.options, remote=RemoteOptions(read_ahead=8)
+    ).map(TarPair(spec.decode))
+    return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
+
+
 def _wds_pair(decode: bool) -> Callable[[dict[str, Any]], tuple[Any, int]]:
     return lambda sample: to_pair(sample["jpg"], sample["cls"].decode(), decode)
 
@@ -221,6 +231,8 @@ PIPELINES: dict[str, tuple[Callable[[Spec], Iterable[Any]], bool]] = {
     "conveyor-bytes": (p_conveyor, False),
     "conveyor-seq": (p_conveyor_sequential, True),
     "conveyor-seq-bytes": (p_conveyor_sequential, False),
+    "conveyor-ra8": (p_conveyor_ahead8, True),
+    "conveyor-ra8-bytes": (p_conveyor_ahead8, False),
     "wds": (p_wds, True),
     "wds-bytes": (p_wds, False),
     "s3torch": (p_s3torch, True),

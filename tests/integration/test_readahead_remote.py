@@ -83,3 +83,28 @@ def test_a_hinted_object_is_read_before_it_is_opened(
     assert time.perf_counter() - start < rtt / 2  # no round trip left to wait for
     assert first == blob[: 64 << 10]
     fs.release()  # type: ignore[attr-defined]
+
+
+def test_a_hinted_objects_whole_window_is_in_before_it_is_opened(
+    blob: bytes, slow_options: tuple[dict[str, Any], float]
+) -> None:
+    """Not only the first block: the next shard must not ramp up after the boundary."""
+    options, rtt = slow_options
+    depth = 3
+    fs = get_filesystem(URL, options, RemoteOptions(read_ahead=depth))
+    with fs.open(URL, BLOCK) as stream:  # hints wait for the first object's first block
+        stream.read(1)
+    fs.hint(URL)  # type: ignore[attr-defined]
+    hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
+    assert sorted(hinted._blocks) == list(range(depth))
+    deadline = time.monotonic() + 10
+    while not all(future.done() for future in hinted._blocks.values()):
+        assert time.monotonic() < deadline, "the hinted window never arrived"
+        time.sleep(0.01)
+    start = time.perf_counter()
+    with fs.open(URL, BLOCK) as stream:
+        assert stream is hinted
+        window = stream.read(depth * BLOCK)
+    assert time.perf_counter() - start < rtt / 2  # the whole window was already here
+    assert window == blob[: depth * BLOCK]
+    fs.release()  # type: ignore[attr-defined]

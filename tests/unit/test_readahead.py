@@ -166,3 +166,43 @@ def test_the_first_blocks_double_up_to_the_block_size() -> None:
     assert stream.read() == DATA[1899:]
     assert store.requests[-1] == (9900, 10900)  # the last, short block
     assert len(store.requests) == len(set(store.requests)) == 12  # 300, 600, 10 x 1000
+
+
+class _ArrivesWhenAwaited(Future[bytes]):
+    """A block still on its way when the reader asks for it (it lands during the wait)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self.data = data
+
+    def result(self, timeout: float | None = None) -> bytes:
+        if not self.done():
+            self.set_result(self.data)
+        return super().result(timeout)
+
+
+def test_the_window_widens_while_the_reader_waits_and_no_further() -> None:
+    requests: list[int] = []
+
+    def slow_link(start: int, end: int) -> Future[bytes]:
+        requests.append(start)
+        return _ArrivesWhenAwaited(DATA[start:end])
+
+    widths: list[int] = []
+    stream = ReadAheadStream(
+        "s3://b/k", slow_link, len(DATA), 1000, 2, max_depth=5, grew=widths.append
+    )
+    assert stream.read(1000) == DATA[:1000]  # the first block says nothing about the link
+    assert stream.depth == 2
+    for block in range(1, 5):
+        assert stream.read(1000) == DATA[block * 1000 : (block + 1) * 1000]
+    assert stream.depth == 5 and widths == [4, 5]  # doubled per wait, up to max_depth
+    assert max(requests) // 1000 == 4 + 5  # the block being read plus the widened window
+    assert sorted(set(requests)) == sorted(requests)
+
+
+def test_a_window_that_never_waits_stays_as_it_started() -> None:
+    store = FakeStore()  # every block is in when it is wanted
+    stream = ReadAheadStream("s3://b/k", store.fetch, len(DATA), 1000, 2, max_depth=8)  # type: ignore[arg-type]
+    assert stream.read() == DATA
+    assert stream.depth == 2

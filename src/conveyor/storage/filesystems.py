@@ -172,7 +172,11 @@ class RemoteFileSystem:
             if not supports(self.fs):
                 return None
             self._read_ahead = ReadAhead(
-                self.fs, self._async_source, self.options, depth=self.options.read_ahead
+                self.fs,
+                self._async_source,
+                self.options,
+                depth=self.options.read_ahead,
+                max_depth=self.options.read_ahead_max,
             )
         return self._read_ahead
 

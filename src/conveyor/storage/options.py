@@ -20,7 +20,7 @@ ENV_PREFIX = "CONVEYOR_REMOTE_"
 ``CONVEYOR_REMOTE_READ_TIMEOUT_S=60``)."""
 
 
-_WHOLE_NUMBERS = frozenset({"retries", "read_ahead"})
+_WHOLE_NUMBERS = frozenset({"retries", "read_ahead", "read_ahead_max"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,13 @@ class RemoteOptions:
     first blocks while the current one is read; 0 turns read-ahead off (one request at a
     time, as the reader needs bytes). Memory: about ``(read_ahead + 1) * block`` per open
     object, twice that with the next shard hinted."""
+
+    read_ahead_max: int = 8
+    """How far the window may grow: it starts at ``read_ahead`` blocks and doubles each
+    time the reader has to wait for a block already asked for (a link whose round trip
+    is long for its bandwidth), up to this many (at least ``read_ahead``). Memory then up
+    to ``(read_ahead_max + 1) * block`` per open object; on a fast link the window stays
+    at ``read_ahead``."""
 
     def __post_init__(self) -> None:
         for field in fields(self):

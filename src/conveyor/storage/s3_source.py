@@ -26,11 +26,17 @@ _RETRY_CODES = frozenset(
 
 
 def s3_config_defaults(options: RemoteOptions) -> dict[str, Any]:
-    """botocore ``Config`` settings conveyor adds unless the user set them."""
+    """botocore ``Config`` settings conveyor adds unless the user set them.
+
+    The connection pool (botocore's default: 10) must hold the read-ahead's ranged GETs:
+    a widened window and the next shard's, each its own request, and a few to spare (for
+    listing); with fewer, requests queue for a connection a round trip at a time."""
+    window = max(options.read_ahead, options.read_ahead_max)
     return {
         "connect_timeout": options.connect_timeout_s,
         "read_timeout": options.read_timeout_s,
         "retries": {"total_max_attempts": 1},
+        "max_pool_connections": max(10, 2 * window + 4),
     }
 
 

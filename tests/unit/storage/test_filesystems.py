@@ -136,3 +136,18 @@ def test_a_synchronous_s3_driver_is_refused_with_what_to_install() -> None:
     remote = RemoteFileSystem(S3FileSystem(), "s3")
     with pytest.raises(ImportError, match=r"S3FileSystem from .* is not one.*conveyor\[remote\]"):
         remote._source("s3://bucket/shard.tar")
+
+
+def test_s3_connection_pool_holds_the_widest_read_ahead_unless_the_user_sized_it() -> None:
+    """botocore pools 10 connections: a widened window (8) plus the next shard's would queue
+    for them, a round trip at a time, over a slow link."""
+    from conveyor.storage import RemoteOptions
+    from conveyor.storage.filesystems import _with_defaults
+
+    options: dict[str, Any] = {"anon": True}
+    _with_defaults("s3", options, RemoteOptions(read_ahead_max=12))
+    assert options["config_kwargs"]["max_pool_connections"] == 2 * 12 + 4
+    assert options["config_kwargs"]["retries"] == {"total_max_attempts": 1}  # ours, not boto's
+    sized: dict[str, Any] = {"config_kwargs": {"max_pool_connections": 3}}
+    _with_defaults("s3", sized, RemoteOptions())
+    assert sized["config_kwargs"]["max_pool_connections"] == 3
