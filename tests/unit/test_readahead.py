@@ -206,3 +206,20 @@ def test_a_window_that_never_waits_stays_as_it_started() -> None:
     stream = ReadAheadStream("s3://b/k", store.fetch, len(DATA), 1000, 2, max_depth=8)  # type: ignore[arg-type]
     assert stream.read() == DATA
     assert stream.depth == 2
+
+
+def test_an_empty_answer_past_the_end_leaves_the_known_size_alone() -> None:
+    """A hinted window is asked for before the size is known; its blocks past a small
+    object's end come back empty once the first answer has said the size."""
+    data = DATA[:2500]
+    size: Future[int] = Future()
+
+    def hinted_link(start: int, end: int) -> Future[bytes]:
+        return _done(data[start:end])  # type: ignore[return-value]
+
+    stream = ReadAheadStream("s3://b/k", hinted_link, size, 1000, 4, whole_window=True)
+    assert len(stream._blocks) == 4  # the whole window, the size not known yet
+    size.set_result(len(data))
+    assert stream.seek(3000) == 3000  # a block that was asked for, past the end
+    assert stream.read(10) == b""
+    assert stream.seek(0, io.SEEK_END) == len(data)

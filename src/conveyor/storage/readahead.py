@@ -216,8 +216,9 @@ class ReadAheadStream(io.RawIOBase):
                 return b""
             raise
         self._blocks.pop(index, None)
-        if len(data) < end - start:  # a short block is the last one
-            self._size = start + len(data)
+        if len(data) < end - start:  # a short block is the last (or past the end: empty)
+            known = self._known_size()
+            self._size = start + len(data) if known is None else known
         else:
             self._large = True
         self._current = (index, data)
