@@ -118,28 +118,26 @@ def tar_pairs(stream: Any, decode: bool) -> Iterator[tuple[Any, int]]:
 # ----------------------------------------------------------------------------- pipelines
 
 
-def p_conveyor(spec: Spec) -> Iterable[Any]:
+def _conveyor_tars(spec: Spec, remote: RemoteOptions | None = None) -> Iterable[Any]:
     urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
-    pipe = TarShards(urls, decode=None, storage_options=spec.options).map(TarPair(spec.decode))
-    return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
+    pipe = TarShards(urls, decode=None, storage_options=spec.options, remote=remote)
+    return DataLoader(
+        pipe.map(TarPair(spec.decode)), batch_size=spec.batch_size, num_workers=spec.num_workers
+    )
+
+
+def p_conveyor(spec: Spec) -> Iterable[Any]:
+    return _conveyor_tars(spec)
 
 
 def p_conveyor_sequential(spec: Spec) -> Iterable[Any]:
     """conveyor with read-ahead off: one ranged GET at a time, as the reader needs bytes."""
-    urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
-    pipe = TarShards(
-        urls, decode=None, storage_options=spec.options, remote=RemoteOptions(read_ahead=0)
-    ).map(TarPair(spec.decode))
-    return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
+    return _conveyor_tars(spec, RemoteOptions(read_ahead=0))
 
 
 def p_conveyor_ahead8(spec: Spec) -> Iterable[Any]:
-    """conveyor with a deeper window: eight ranged GETs in flight per shard (64 MiB)."""
-    urls = [f"s3://{BUCKET}/{key}" for key in spec.layout.shards]
-    pipe = TarShards(
-        urls, decode=None, storage_options=spec.options, remote=RemoteOptions(read_ahead=8)
-    ).map(TarPair(spec.decode))
-    return DataLoader(pipe, batch_size=spec.batch_size, num_workers=spec.num_workers)
+    """conveyor with a deeper window from the start: eight ranged GETs per shard (64 MiB)."""
+    return _conveyor_tars(spec, RemoteOptions(read_ahead=8))
 
 
 def _wds_pair(decode: bool) -> Callable[[dict[str, Any]], tuple[Any, int]]:

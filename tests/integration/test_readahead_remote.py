@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from typing import Any
 from urllib.parse import urlparse
 
@@ -45,6 +46,12 @@ def _timed_read(open_stream: Any) -> tuple[float, bytes]:
     return time.perf_counter() - start, b"".join(parts)
 
 
+def _wait_for_window(stream: ReadAheadStream) -> None:
+    """Until every block a (hinted, unread) stream has asked for is in."""
+    _, missing = futures.wait(list(stream._blocks.values()), timeout=10)
+    assert not missing, "the hinted blocks never arrived"
+
+
 def test_read_ahead_reads_the_same_bytes_in_fewer_waited_round_trips(
     blob: bytes, slow_options: tuple[dict[str, Any], float]
 ) -> None:
@@ -72,10 +79,7 @@ def test_a_hinted_object_is_read_before_it_is_opened(
         stream.read(1)
     fs.hint(URL)  # type: ignore[attr-defined]
     hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 10
-    while not all(future.done() for future in hinted._blocks.values()):
-        assert time.monotonic() < deadline, "the hinted blocks never arrived"
-        time.sleep(0.01)
+    _wait_for_window(hinted)
     start = time.perf_counter()
     with fs.open(URL, BLOCK) as stream:
         assert stream is hinted
@@ -97,10 +101,7 @@ def test_a_hinted_objects_whole_window_is_in_before_it_is_opened(
     fs.hint(URL)  # type: ignore[attr-defined]
     hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
     assert sorted(hinted._blocks) == list(range(depth))
-    deadline = time.monotonic() + 10
-    while not all(future.done() for future in hinted._blocks.values()):
-        assert time.monotonic() < deadline, "the hinted window never arrived"
-        time.sleep(0.01)
+    _wait_for_window(hinted)
     start = time.perf_counter()
     with fs.open(URL, BLOCK) as stream:
         assert stream is hinted

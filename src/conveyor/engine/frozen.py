@@ -4,7 +4,8 @@ Why not ``@dataclass(frozen=True)``: a dataclass writes and compiles its methods
 module is imported, 0.4-0.8 ms per class. The five option records cost 3 ms of
 ``import conveyor``, which a fork-started training script pays before its first batch.
 Here the methods are written once, on this base; a record names its fields in
-``__slots__`` and sets them, checked, in ``__init__`` with `Frozen._set`.
+``__slots__``, takes them as ``__init__``'s parameters and, once checked, sets them all
+with ``self._set(locals())``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ class Frozen:
 
     __slots__ = ()
 
-    def _set(self, **values: Any) -> None:
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
+    def _set(self, arguments: dict[str, Any]) -> None:
+        """Set every field from ``__init__``'s ``locals()`` (its parameters are the fields)."""
+        names: tuple[str, ...] = self.__slots__
+        for name in names:
+            object.__setattr__(self, name, arguments[name])
 
     def fields(self) -> dict[str, Any]:
         names: tuple[str, ...] = self.__slots__

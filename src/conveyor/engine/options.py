@@ -71,17 +71,7 @@ class DataOptions(Frozen):
                 "batch_size=None option disables auto-batching and is mutually exclusive "
                 "with drop_last"
             )
-        self._set(
-            dataset=dataset,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            collate_fn=collate_fn,
-            generator=generator,
-            iterable_style=iterable_style,
-            is_graph=is_graph,
-        )
+        self._set(locals())
 
     @property
     def auto_collation(self) -> bool:
@@ -105,7 +95,7 @@ class PinOptions(Frozen):
     device: str
 
     def __init__(self, enabled: bool = False, device: str = "") -> None:
-        self._set(enabled=enabled, device=device)
+        self._set(locals())
 
 
 class ErrorOptions(Frozen):
@@ -120,7 +110,7 @@ class ErrorOptions(Frozen):
             raise ValueError(f"on_error should be one of {ON_ERROR_POLICIES}, but got {on_error!r}")
         if max_skipped is not None and (not isinstance(max_skipped, int) or max_skipped < 0):
             raise ValueError(f"max_skipped should be None or an int >= 0, but got {max_skipped!r}")
-        self._set(on_error=on_error, max_skipped=max_skipped)
+        self._set(locals())
 
     @property
     def skip_bad_samples(self) -> bool:
@@ -182,15 +172,7 @@ class LoaderOptions(Frozen):
                 "profile_stages=True times the stages of a DataPipe graph; this dataset is "
                 f"a {type(data.dataset).__name__}. Time __getitem__ with stats() instead."
             )
-        self._set(
-            data=data,
-            workers=workers,
-            pin=pin,
-            errors=errors,
-            fullsync=fullsync,
-            profile_stages=profile_stages,
-            snapshot_every_n_steps=snapshot_every_n_steps,
-        )
+        self._set(locals())
 
     def changed(self, concern: str, **changes: Any) -> LoaderOptions:
         """A copy with ``changes`` made to one concern (``"data"``, ``"workers"``, ...) or,

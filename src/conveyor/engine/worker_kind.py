@@ -136,17 +136,7 @@ class WorkerOptions(Frozen):
             raise ValueError(_NEGATIVE_TIMEOUT)
         if prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError(_NEGATIVE_PREFETCH)
-        self._set(
-            kind=kind,
-            num_workers=num_workers,
-            prefetch_factor=prefetch_factor,
-            multiprocessing_context=multiprocessing_context,
-            worker_init_fn=worker_init_fn,
-            persistent_workers=persistent_workers,
-            timeout_s=timeout_s,
-            in_order=in_order,
-            slab_options=slab_options,
-        )
+        self._set(locals())
 
     @property
     def context(self) -> BaseContext:

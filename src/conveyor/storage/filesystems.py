@@ -176,7 +176,7 @@ class RemoteFileSystem:
                 self._async_source,
                 self.options,
                 depth=self.options.read_ahead,
-                max_depth=self.options.read_ahead_max,
+                max_depth=self.options.widest_read_ahead,
             )
         return self._read_ahead
 

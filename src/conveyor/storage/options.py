@@ -104,6 +104,11 @@ class RemoteOptions:
                 ) from None
         return cls(**values)  # type: ignore[arg-type]
 
+    @property
+    def widest_read_ahead(self) -> int:
+        """The most blocks a window may hold (``read_ahead_max``, never below ``read_ahead``)."""
+        return max(self.read_ahead, self.read_ahead_max)
+
     def backoff_cap_s(self, retry: int) -> float:
         """The longest wait before retry number ``retry`` (0 for the first)."""
         return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(retry, 62))

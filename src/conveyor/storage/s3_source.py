@@ -31,7 +31,7 @@ def s3_config_defaults(options: RemoteOptions) -> dict[str, Any]:
     The connection pool (botocore's default: 10) must hold the read-ahead's ranged GETs:
     a widened window and the next shard's, each its own request, and a few to spare (for
     listing); with fewer, requests queue for a connection a round trip at a time."""
-    window = max(options.read_ahead, options.read_ahead_max)
+    window = options.widest_read_ahead
     return {
         "connect_timeout": options.connect_timeout_s,
         "read_timeout": options.read_timeout_s,
