@@ -89,16 +89,23 @@ def read_jpeg_header(data: bytes | bytearray | memoryview) -> JpegHeader:
 
 
 def _next_segment(view: memoryview, pos: int) -> tuple[int, int, memoryview]:
-    """``(position after it, marker, payload)`` of the marker segment at or after ``pos``."""
+    """``(position after it, marker, payload)`` of the marker segment at or after ``pos``.
+
+    Bytes between segments that are not a marker are skipped, as libjpeg does (with a
+    warning there: "extraneous bytes before marker").
+    """
     end = len(view)
     while True:
-        while pos + 1 < end and view[pos] == 0xFF and view[pos + 1] == 0xFF:
+        while pos < end and view[pos] != 0xFF:
+            pos += 1
+        while pos + 1 < end and view[pos + 1] == 0xFF:
             pos += 1  # fill bytes
         if pos + 1 >= end:
             raise JpegHeaderError("JPEG header cut short before its first scan")
-        if view[pos] != 0xFF:
-            raise JpegHeaderError(f"JPEG header: no marker at byte {pos}")
         marker = view[pos + 1]
+        if marker == 0x00:  # a stuffed zero is no marker
+            pos += 2
+            continue
         if marker not in _STANDALONE:
             break
         pos += 2

@@ -11,6 +11,7 @@ it needs only the image's size, which is what lets a decoder plan from the heade
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -37,9 +38,10 @@ class ResizedCenter(NamedTuple):
     crop: CropBox
 
 
-def _log_ratio(ratio: Sequence[float]) -> tuple[float, float]:
+@functools.lru_cache(maxsize=64)
+def _log_ratio(low: float, high: float) -> tuple[float, float]:
     """``log(ratio)`` rounded through float32, as a float32 tensor hands it to ``uniform_``."""
-    logs = torch.log(torch.tensor([float(ratio[0]), float(ratio[1])]))
+    logs = torch.log(torch.tensor([low, high]))
     return float(logs[0]), float(logs[1])
 
 
@@ -55,10 +57,11 @@ def random_resized_crop_box(
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {height}x{width}")
     area = height * width
-    low, high = _log_ratio(ratio)
+    low, high = _log_ratio(float(ratio[0]), float(ratio[1]))
+    draw = torch.empty(1)  # one float32 scalar, refilled: the draws of torch.empty(1).uniform_
     for _ in range(10):
-        fraction = torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
-        aspect = torch.exp(torch.empty(1).uniform_(low, high, generator=generator)).item()
+        fraction = draw.uniform_(scale[0], scale[1], generator=generator).item()
+        aspect = draw.uniform_(low, high, generator=generator).exp_().item()
         target = area * fraction
         w = round(math.sqrt(target * aspect))
         h = round(math.sqrt(target / aspect))
