@@ -45,6 +45,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import torch.nn.functional as F
 import torch.utils.data as torch_data
@@ -55,7 +56,7 @@ from conveyor import DataLoader
 from conveyor.datapipes.iter.shards import TarShards
 from conveyor.formats import ShardWriter
 from conveyor.vision import RandomResizedCropDecoder, random_resized_crop_box
-from s3_decode import replace_section, run_once
+from s3_decode import replace_section, tree_cpu_s
 
 DATA_DIR = os.path.join(os.environ.get("BENCH_DATA_DIR", "/tmp/conveyor-bench-data"), "s3_imagenet")
 SIZE = 224
@@ -111,21 +112,22 @@ def make_photo(rng: np.random.Generator, w: int = 500, h: int = 375, quality: in
     return buffer.getvalue()
 
 
-def build_data(n: int, shards: int) -> dict[str, Any]:
+def build_data(n: int, shards: int, width: int, height: int) -> dict[str, Any]:
     """Files and shards in DATA_DIR (reused when the manifest matches)."""
-    manifest_path = os.path.join(DATA_DIR, f"manifest-{n}-{shards}.json")
+    root = DATA_DIR if (width, height) == (500, 375) else f"{DATA_DIR}-{width}x{height}"
+    manifest_path = os.path.join(root, f"manifest-{n}-{shards}.json")
     if os.path.exists(manifest_path):
         with open(manifest_path) as handle:
             manifest: dict[str, Any] = json.load(handle)
         return manifest
     rng = np.random.default_rng(2026)
-    os.makedirs(os.path.join(DATA_DIR, "files"), exist_ok=True)
+    os.makedirs(os.path.join(root, "files"), exist_ok=True)
     files, labels, sizes = [], [], []
-    pattern = os.path.join(DATA_DIR, f"shards-{n}", "shard-%05d.tar")
+    pattern = os.path.join(root, f"shards-{n}", "shard-%05d.tar")
     with ShardWriter(pattern, max_count=-(-n // shards)) as writer:
         for i in range(n):
-            data, label = make_photo(rng), int(rng.integers(0, 1000))
-            path = os.path.join(DATA_DIR, "files", f"{i:06d}.jpg")
+            data, label = make_photo(rng, width, height), int(rng.integers(0, 1000))
+            path = os.path.join(root, "files", f"{i:06d}.jpg")
             with open(path, "wb") as handle:
                 handle.write(data)
             files.append(path)
@@ -300,6 +302,36 @@ PIPELINES: dict[str, Callable[[SimpleNamespace], Iterable[Any]]] = {
 OURS = ("conveyor-fast", "conveyor-full", "conveyor-pil")
 
 
+def run_once(
+    build: Callable[[SimpleNamespace], Iterable[Any]], spec: SimpleNamespace, warm: int
+) -> dict[str, float]:
+    """One pipeline run: steady img/s and CPU s per 1k images after ``warm`` batches."""
+    start = time.perf_counter()
+    iterator = iter(build(spec))
+    seen, first, marks = 0, 0.0, {}
+    processes: list[Any] = []
+    for batches, (images, _) in enumerate(iterator, start=1):
+        if batches == 1:
+            first = time.perf_counter() - start
+        assert tuple(images.shape[1:]) == (3, SIZE, SIZE) and images.dtype == torch.uint8
+        seen += len(images)
+        if batches == warm:
+            me = psutil.Process()
+            processes = [me, *me.children(recursive=True)]
+            marks["warm"] = (time.perf_counter(), seen, tree_cpu_s(processes))
+        elif batches > warm and len(images) == spec.batch_size:
+            marks["end"] = (time.perf_counter(), seen, tree_cpu_s(processes))
+    del iterator
+    if seen != spec.n or "end" not in marks:
+        raise RuntimeError(f"delivered {seen} of {spec.n} samples, or no steady window")
+    (t0, n0, c0), (t1, n1, c1) = marks["warm"], marks["end"]
+    return {
+        "img_s": (n1 - n0) / (t1 - t0),
+        "first_batch_s": first,
+        "cpu_s_per_kimg": 1000 * (c1 - c0) / (n1 - n0),
+    }
+
+
 # ----------------------------------------------------------------------------- one core
 
 
@@ -409,14 +441,14 @@ def markdown(
             f"{p95:.1f} | {how} |"
         )
     command = "python benchmarks/s3_imagenet.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "markdown"
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "markdown" and v != ""
     )
     kb = statistics.mean(sizes) / 1000
     return "\n".join(
         [
-            f"{args.images} photographic JPEGs of 500x375, quality 90 (mean {kb:.0f} KB), as "
-            f"files and as {args.shards} tar shards; RandomResizedCrop(224) + horizontal "
-            f"flip to CHW uint8, batch {args.batch_size}, {args.num_workers} workers, "
+            f"{args.images} photographic JPEGs of {args.image_size}, quality 90 (mean {kb:.0f} "
+            f"KB), as files and as {args.shards} tar shards; RandomResizedCrop({SIZE}) + "
+            f"horizontal flip to CHW uint8, batch {args.batch_size}, {args.num_workers} workers, "
             f"{args.images * args.passes} samples per run, {args.reps} interleaved reps, "
             "medians. CPU is the whole process tree in the steady window; img/s per core = "
             f"1000 / CPU s per 1k images. Best peer: {best_peer}.",
@@ -446,13 +478,18 @@ def main() -> None:
     parser.add_argument("--warm-batches", type=int, default=4)
     parser.add_argument("--pipelines", default="", help="comma-separated subset (default: all)")
     parser.add_argument("--psnr-draws", type=int, default=500)
+    parser.add_argument("--size", type=int, default=224, help="RandomResizedCrop's output side")
+    parser.add_argument("--image-size", default="500x375", help="WIDTHxHEIGHT of the JPEGs")
     parser.add_argument("--markdown", help="update the '## S3 at ImageNet size' section")
     args = parser.parse_args()
+    global SIZE
+    SIZE = args.size
+    width, height = (int(v) for v in args.image_size.split("x"))
     torch.set_num_threads(1)
     pipelines = {**PIPELINES, **optional_pipelines()}
     if args.pipelines:
         pipelines = {name: pipelines[name] for name in args.pipelines.split(",")}
-    data = build_data(args.images, args.shards)
+    data = build_data(args.images, args.shards, width, height)
     print(f"load average {os.getloadavg()}", flush=True)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in pipelines}
     names = list(pipelines)
@@ -474,7 +511,8 @@ def main() -> None:
     loops = one_core_loops(data["files"], 200)
     print(json.dumps({"one_core_ms": loops}), flush=True)
     quality = {
-        size: psnr_at_same_boxes(data["files"], args.psnr_draws, size) for size in (224, 112)
+        size: psnr_at_same_boxes(data["files"], args.psnr_draws, size)
+        for size in sorted({SIZE, SIZE // 2}, reverse=True)
     }
     print(f"load average {os.getloadavg()}", flush=True)
     report = markdown(results, loops, quality, args, data["bytes"])
@@ -483,7 +521,8 @@ def main() -> None:
         with open(args.markdown) as handle:
             text = handle.read()
         with open(args.markdown, "w") as handle:
-            handle.write(replace_section(text, "## S3 at ImageNet size", report))
+            heading = "## S3 at ImageNet size" if SIZE == 224 else f"## S3 at {SIZE}"
+            handle.write(replace_section(text, heading, report))
 
 
 if __name__ == "__main__":
