@@ -40,6 +40,12 @@ def photo(width: int, height: int, seed: int = 0) -> Image.Image:
             (x - r, y - r, x + r, y + r), fill=tuple(int(v) for v in rng.uniform(0, 255, 3))
         )
     pixels = np.asarray(image).astype(np.float64) + rng.normal(0, 3, (height, width, 3))
+    # texture a few pixels across (foliage, fabric): what sub-pixel errors show up on
+    grain = rng.normal(0, 1, (height // 3 + 1, width // 3 + 1)).astype(np.float32)
+    grain = np.asarray(
+        Image.fromarray(grain, mode="F").resize((width, height), Image.Resampling.BICUBIC)
+    )
+    pixels += 18 * grain[..., None]
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
@@ -108,7 +114,7 @@ def test_fast_and_full_paths_crop_the_same_boxes(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(("size", "floor"), [(224, 45.0), (64, 35.0)])
+@pytest.mark.parametrize(("size", "floor"), [(224, 45.0), (64, 40.0)])
 def test_output_matches_the_pillow_reference_at_the_same_box(
     big: bytes, backend: str, size: int, floor: float
 ) -> None:
@@ -120,7 +126,7 @@ def test_output_matches_the_pillow_reference_at_the_same_box(
         source = decoder._open(big)
         box, flip = decoder.draw(*source.shown_size)
         values.append(psnr(decoder.render(source, box, flip), reference(big, box, flip, size)))
-    assert np.median(values) >= floor and min(values) >= floor - 8, values
+    assert np.median(values) >= floor and min(values) >= floor - 4, values
 
 
 def test_flip_probability_and_draw_order() -> None:
@@ -128,15 +134,18 @@ def test_flip_probability_and_draw_order() -> None:
     never = RandomResizedCropDecoder(24, flip=0.0, generator=torch.Generator().manual_seed(0))
     always = RandomResizedCropDecoder(24, flip=1.0, generator=torch.Generator().manual_seed(0))
     assert torch.equal(never(data).flip(-1), always(data))
-    # the flip is drawn after the box, from the same generator, as torchvision's transforms do
+    # each flip is drawn after its box, from the same generator, as torchvision's transforms do
     generator = torch.Generator().manual_seed(9)
     decoder = RandomResizedCropDecoder(24, generator=generator)
-    box, flip = decoder.draw(40, 60)
+    drawn = [decoder.draw(40, 60) for _ in range(30)]
     replay = torch.Generator().manual_seed(9)
     from conveyor.vision import random_resized_crop_box
 
-    assert box == random_resized_crop_box(40, 60, generator=replay)
-    assert flip == (torch.rand(1, generator=replay).item() < 0.5)
+    expected = []
+    for _ in range(30):
+        box = random_resized_crop_box(40, 60, generator=replay)
+        expected.append((box, torch.rand(1, generator=replay).item() < 0.5))
+    assert drawn == expected and 5 < sum(flip for _, flip in drawn) < 25
 
 
 # ----------------------------------------------------------------------------- fallbacks
