@@ -143,3 +143,18 @@ def test_as_a_datapipe_map_function() -> None:
     assert [tuple(image.shape) for image in images] == [(3, 24, 24)] * 6
     again = RandomResizedCropDecoder(24, generator=torch.Generator().manual_seed(0))
     assert all(torch.equal(a, again(b)) for a, b in zip(images, blobs, strict=True))
+
+
+def test_a_corrupt_image_in_a_map_style_dataset_is_skipped_and_counted() -> None:
+    blobs = [jpeg(i) for i in range(8)]
+    blobs[5] = damaged("truncated", blobs[5])
+    loader = DataLoader(
+        Files(blobs, RandomResizedCropDecoder(24)), batch_size=4, num_workers=2, on_error="skip"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        indices = sorted(int(index) for _, batch in loader for index in batch)
+    assert indices == [0, 1, 2, 3, 4, 6, 7] and loader.stats().skipped == 1
+    # simplejpeg refuses the cut data, Pillow (the fallback) says why
+    messages = [str(w.message) for w in caught if issubclass(w.category, BadSampleWarning)]
+    assert len(messages) == 1 and "index 5: OSError: image file is truncated" in messages[0]
