@@ -1,0 +1,122 @@
+"""JSON Lines files of documents, plain or compressed (gzip; zstd with ``zstandard``).
+
+One file is one unit; a document is a line, numbered from 0 (blank lines keep their
+number and hold no document). A line that is not JSON, not an object with the text
+field, or whose text is empty is bad data: an error naming the file and the line, or,
+under ``on_error="skip"``, one document counted in the loader's skip ledger.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+from conveyor.formats.errors import ErrorPolicy, SampleError
+from conveyor.storage import open_url, resolve_urls
+from conveyor.text.documents import TextBatch, Unit
+
+__all__ = ["JsonlDocuments"]
+
+
+def _decompressed(url: str, raw: IO[bytes]) -> IO[bytes]:
+    if url.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if url.endswith((".zst", ".zstd")):
+        try:
+            import zstandard
+        except ImportError as error:
+            raise ImportError(
+                f"reading {url!r} needs the zstandard package: pip install 'conveyor[text]'"
+            ) from error
+        return zstandard.ZstdDecompressor().stream_reader(raw)
+    return raw
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """Lines of a binary stream, read in 1 MiB chunks (remote and zstd readers have no
+    fast ``readline``); a last line without newline counts."""
+    rest = b""
+    while chunk := stream.read(1 << 20):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+class JsonlDocuments:
+    """Documents from the ``field`` of each line of JSONL files (local or remote URLs,
+    globs and ``{a..b}`` braces as `TarShards` takes them), ``batch_size`` per batch."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        field: str = "text",
+        batch_size: int = 256,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.urls = resolve_urls(urls, storage_options)
+        if not self.urls:
+            raise ValueError("JsonlDocuments needs at least one file")
+        self.field = field
+        self.batch_size = batch_size
+        self.storage_options = storage_options
+
+    def units(self) -> list[Unit]:
+        return [Unit(url) for url in self.urls]
+
+    def identity(self) -> str:
+        text = "jsonl\x00" + "\x00".join(self.urls) + "\x00" + self.field
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    def read(self, unit: Unit, start: int, errors: ErrorPolicy) -> Iterator[TextBatch]:
+        try:
+            raw = open_url(unit.url, self.storage_options)
+        except OSError as error:
+            errors.handle(SampleError(f"cannot open: {error}", unit.url))
+            return
+        with raw, _decompressed(unit.url, raw) as stream:
+            numbers: list[int] = []
+            texts: list[str] = []
+            try:
+                for number, line in enumerate(_lines(stream)):
+                    if number < start or not line.strip():
+                        continue
+                    text = self._text(unit.url, number, line, errors)
+                    if text is None:
+                        continue
+                    numbers.append(number)
+                    texts.append(text)
+                    if len(texts) == self.batch_size:
+                        yield TextBatch(numbers, texts)
+                        numbers, texts = [], []
+            except (OSError, EOFError, ValueError) as error:  # a truncated or corrupt archive
+                if texts:
+                    yield TextBatch(numbers, texts)
+                    numbers, texts = [], []
+                errors.handle(SampleError(f"cannot read on: {error}", unit.url))
+            if texts:
+                yield TextBatch(numbers, texts)
+
+    def _text(self, url: str, number: int, line: bytes, errors: ErrorPolicy) -> str | None:
+        key = f"line {number}"
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            errors.handle(SampleError(f"not JSON: {error}", url, key))
+            return None
+        if not isinstance(record, dict) or self.field not in record:
+            errors.handle(SampleError(f"no field {self.field!r}", url, key))
+            return None
+        text = record[self.field]
+        if not isinstance(text, str):
+            errors.handle(SampleError(f"field {self.field!r} is not text", url, key))
+            return None
+        if not text:
+            errors.handle(SampleError("empty document", url, key))
+            return None
+        return text
