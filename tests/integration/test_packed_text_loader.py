@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import conveyor.engine.base_iterator as base_iterator
 import conveyor.text.stream as stream_module
 from conveyor import DataLoader, merge_checkpoints
+from conveyor.engine import base_iterator
 from conveyor.formats.errors import BadSampleWarning, SampleError
 from conveyor.text import (
     JsonlDocuments,
-    Packing,
     PackedText,
+    Packing,
     TokenFiles,
     TokenFileWriter,
     Tokenizer,
