@@ -1,7 +1,8 @@
 """JSON Lines files of documents, plain or compressed (gzip; zstd with ``zstandard``).
 
-One file is one unit; a document is a line, numbered from 0 (blank lines keep their
-number and hold no document). A line that is not JSON, not an object with the text
+A unit is a byte range of a plain file (``unit_bytes``; a line belongs to the range it
+starts in) or a whole compressed file; a document is a line, numbered from 0 within its
+unit (blank lines keep their number and hold no document). A line that is not JSON, not an object with the text
 field, or whose text is empty is bad data: an error naming the file and the line, or,
 under ``on_error="skip"``, one document counted in the loader's skip ledger.
 """
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from conveyor.formats.errors import ErrorPolicy, SampleError
-from conveyor.storage import open_url, resolve_urls
+from conveyor.storage import get_filesystem, open_url, resolve_urls
 from conveyor.text.documents import TextBatch, Unit
 
 __all__ = ["JsonlDocuments"]
@@ -35,16 +36,32 @@ def _decompressed(url: str, raw: IO[bytes]) -> IO[bytes]:
     return raw
 
 
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+def _lines(stream: IO[bytes], limit: int | None = None) -> Iterator[bytes]:
     """Lines of a binary stream, read in 1 MiB chunks (remote and zstd readers have no
-    fast ``readline``); a last line without newline counts."""
+    fast ``readline``); a last line without newline counts. ``limit``: only lines that
+    start within the next ``limit`` bytes."""
     rest = b""
+    at = 0  # where ``rest`` starts
     while chunk := stream.read(1 << 20):
         lines = (rest + chunk).split(b"\n")
         rest = lines.pop()
-        yield from lines
-    if rest:
+        for line in lines:
+            if limit is not None and at >= limit:
+                return
+            yield line
+            at += len(line) + 1
+    if rest and (limit is None or at < limit):
         yield rest
+
+
+def _seek_line(stream: IO[bytes], first: int) -> None:
+    """Put ``stream`` at the first line that starts at byte ``first`` or after."""
+    if first == 0:
+        return
+    stream.seek(first - 1)
+    while byte := stream.read(1):  # the line that holds byte first - 1 belongs before
+        if byte == b"\n":
+            return
 
 
 class JsonlDocuments:
@@ -57,6 +74,7 @@ class JsonlDocuments:
         *,
         field: str = "text",
         batch_size: int = 256,
+        unit_bytes: int = 64 << 20,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         self.urls = resolve_urls(urls, storage_options)
@@ -64,13 +82,24 @@ class JsonlDocuments:
             raise ValueError("JsonlDocuments needs at least one file")
         self.field = field
         self.batch_size = batch_size
+        self.unit_bytes = unit_bytes
         self.storage_options = storage_options
 
     def units(self) -> list[Unit]:
-        return [Unit(url) for url in self.urls]
+        """A compressed file is one unit; a plain one is cut into ranges of about
+        ``unit_bytes`` (a line belongs to the range it starts in)."""
+        units = []
+        for url in self.urls:
+            if url.endswith((".gz", ".zst", ".zstd")):
+                units.append(Unit(url))
+                continue
+            size = get_filesystem(url, self.storage_options).size(url)
+            cuts = range(0, max(size, 1), self.unit_bytes)
+            units += [Unit(url, a, min(size, a + self.unit_bytes)) for a in cuts]
+        return units
 
     def identity(self) -> str:
-        text = "jsonl\x00" + "\x00".join(self.urls) + "\x00" + self.field
+        text = "\x00".join(["jsonl", *self.urls, self.field, str(self.unit_bytes)])
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
     def read(self, unit: Unit, start: int, errors: ErrorPolicy) -> Iterator[TextBatch]:
@@ -80,10 +109,14 @@ class JsonlDocuments:
             errors.handle(SampleError(f"cannot open: {error}", unit.url))
             return
         with raw, _decompressed(unit.url, raw) as stream:
+            limit = None
+            if unit.stop is not None:  # a byte range of a plain file
+                _seek_line(stream, unit.first)
+                limit = unit.stop - stream.tell()
             numbers: list[int] = []
             texts: list[str] = []
             try:
-                for number, line in enumerate(_lines(stream)):
+                for number, line in enumerate(_lines(stream, limit)):
                     if number < start or not line.strip():
                         continue
                     text = self._text(unit.url, number, line, errors)

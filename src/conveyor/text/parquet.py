@@ -1,8 +1,8 @@
 """Parquet files of documents through pyarrow: one column read, one row group at a time.
 
-One file is one unit; a document is a row, numbered from 0 in the file. Reading from row
-``r`` opens the footer, jumps to the row group holding ``r`` and reads only the text
-column (a projection), a row group at a time: memory is one row group's column, and
+One row group is one unit (footers are read once, when the units are listed); a
+document is a row, numbered from 0 in its row group. Reading opens the footer, jumps to
+the row group and reads only the text column (a projection), a row group at a time: memory is one row group's column, and
 remote files are read by byte ranges through `conveyor.storage` (timeouts, retries).
 The column holds strings (tokenized in the worker) or lists of integers (token ids,
 used as they are). Bad data is named by file, row group and row: a file pyarrow cannot
@@ -34,6 +34,19 @@ def _pyarrow() -> Any:
     return pq
 
 
+def _renumbered(
+    batches: Iterator[TextBatch | TokenBatch], first: int
+) -> Iterator[TextBatch | TokenBatch]:
+    """Rows numbered within their unit (a row group), not the file."""
+    for batch in batches:
+        if first == 0:
+            yield batch
+        elif isinstance(batch, TextBatch):
+            yield TextBatch([n - first for n in batch.numbers], batch.texts)
+        else:
+            yield TokenBatch(batch.numbers - first, batch.tokens, batch.offsets)
+
+
 class ParquetDocuments:
     """Documents from ``column`` of Parquet files (local or remote URLs, globs, braces),
     in batches of up to ``batch_size`` rows."""
@@ -55,7 +68,23 @@ class ParquetDocuments:
         self.storage_options = storage_options
 
     def units(self) -> list[Unit]:
-        return [Unit(url) for url in self.urls]
+        """One unit per row group (footers read once, here, for every consumer); a file
+        whose footer cannot be read is one unit, its error raised or counted when read."""
+        return [unit for url in self.urls for unit in self._groups(url)]
+
+    def _groups(self, url: str) -> list[Unit]:
+        pq = _pyarrow()
+        try:
+            with open_url(url, self.storage_options) as stream:
+                meta = pq.ParquetFile(stream).metadata
+        except Exception:  # read() names the error with the file
+            return [Unit(url)]
+        units, first = [], 0
+        for group in range(meta.num_row_groups):
+            rows = int(meta.row_group(group).num_rows)
+            units.append(Unit(url, first, first + rows))
+            first += rows
+        return units or [Unit(url, 0, 0)]
 
     def identity(self) -> str:
         text = "parquet\x00" + "\x00".join(self.urls) + "\x00" + self.column
@@ -76,17 +105,21 @@ class ParquetDocuments:
                 errors.handle(SampleError(f"not a readable Parquet file: {error}", url))
                 return
             meta = parquet.metadata
+            begin = unit.first + start  # rows [begin, stop) of the file, in whole groups
+            stop = int(meta.num_rows) if unit.stop is None else unit.stop
             if self.column not in parquet.schema_arrow.names:
-                loss = Loss(int(meta.num_rows), (f"rows 0-{meta.num_rows - 1}",))
+                loss = Loss(stop - begin, (f"rows {begin}-{stop - 1}",))
                 errors.handle(SampleError(f"no column {self.column!r}", url, loss=loss))
                 return
             first = 0
             for group in range(meta.num_row_groups):
                 rows = int(meta.row_group(group).num_rows)
-                if first + rows > start:
-                    yield from self._group(
-                        parquet, url, group, first, max(start - first, 0), errors
-                    )
+                if first >= stop:
+                    break
+                if first + rows > begin:
+                    skip = max(begin - first, 0)
+                    parts = self._group(parquet, url, group, first, skip, errors)
+                    yield from _renumbered(parts, unit.first)
                 first += rows
 
     def _group(

@@ -48,7 +48,7 @@ def write_jsonl(path: Path, lines: list[str]) -> str:
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 def test_jsonl_plain_and_compressed(tmp_path: Path, suffix: str) -> None:
     url = write_jsonl(tmp_path / f"a{suffix}", [json.dumps({"text": t, "id": 1}) for t in TEXTS])
-    source = JsonlDocuments(url, batch_size=8)
+    source = JsonlDocuments(url, batch_size=8, unit_bytes=10**9)
     assert docs(source) == list(enumerate(TEXTS))
     assert docs(source, start=33) == list(enumerate(TEXTS))[33:]
 
@@ -90,11 +90,30 @@ def write_parquet(path: Path, rows_per_group: int = 7, texts: list[str] = TEXTS)
     return str(path)
 
 
-def test_parquet_row_groups_and_resume_inside_one(tmp_path: Path) -> None:
+def test_parquet_row_groups_are_units_and_resume_inside_one(tmp_path: Path) -> None:
     url = write_parquet(tmp_path / "a.parquet")
-    source = ParquetDocuments([url], batch_size=5)
-    assert docs(source) == list(enumerate(TEXTS))
-    assert docs(source, start=16) == list(enumerate(TEXTS))[16:]  # inside the 3rd group
+    source = ParquetDocuments([url, url], batch_size=5)
+    units = source.units()
+    assert [(u.first, u.stop) for u in units[:6]] == [(a, min(a + 7, 40)) for a in range(0, 42, 7)]
+    assert len(units) == 12
+    assert [t for _, t in docs(source)] == TEXTS + TEXTS
+    got = [
+        (n, t)
+        for b in source.read(units[2], 2, ErrorPolicy())
+        for n, t in zip(b.numbers, b.texts, strict=True)
+    ]
+    assert got == [(n - 14, TEXTS[n]) for n in range(16, 21)]  # numbered within the group
+
+
+def test_jsonl_byte_ranges_give_every_line_once(tmp_path: Path) -> None:
+    url = write_jsonl(tmp_path / "big.jsonl", [json.dumps({"text": t}) for t in TEXTS])
+    for unit_bytes in (1, 37, 100, 10**6):
+        source = JsonlDocuments(url, unit_bytes=unit_bytes, batch_size=3)
+        assert [t for _, t in docs(source)] == TEXTS
+    source = JsonlDocuments(url, unit_bytes=300)
+    unit = source.units()[1]
+    whole = [t for b in source.read(unit, 0, ErrorPolicy()) for t in b.texts]
+    assert [t for b in source.read(unit, 2, ErrorPolicy()) for t in b.texts] == whole[2:]
 
 
 def test_parquet_reads_only_the_text_column(
@@ -130,8 +149,8 @@ def test_parquet_missing_column_and_corrupt_file(tmp_path: Path) -> None:
         docs(ParquetDocuments(url, column="body"))
     skip_sink().drain()
     assert docs(ParquetDocuments(url, column="body"), errors=ErrorPolicy("skip")) == []
-    [record] = skip_sink().drain()
-    assert record.samples == len(TEXTS) and record.url == url
+    records = skip_sink().drain()  # one per row group, its rows counted
+    assert sum(r.samples for r in records) == len(TEXTS) and {r.url for r in records} == {url}
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1" + b"\x00" * 100)
     with pytest.raises(SampleError, match=r"not a readable Parquet file.*broken"):
@@ -152,7 +171,7 @@ def test_parquet_corrupt_row_group_is_counted_with_its_rows(tmp_path: Path) -> N
         docs(ParquetDocuments(url))
     skip_sink().drain()
     got = docs(ParquetDocuments(url), errors=ErrorPolicy("skip"))
-    assert [n for n, _ in got] == list(range(10)) + list(range(20, 40))
+    assert [t for _, t in got] == TEXTS[:10] + TEXTS[20:]
     [record] = skip_sink().drain()
     assert (record.samples, record.keys) == (10, ("rows 10-19",))
 
