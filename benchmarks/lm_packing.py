@@ -29,8 +29,8 @@ import torch
 import conveyor
 from conveyor.text import (
     JsonlDocuments,
-    Packing,
     PackedText,
+    Packing,
     TokenFiles,
     TokenFileWriter,
     Tokenizer,
@@ -105,7 +105,9 @@ def grain_concat(prefix: str, lengths: np.ndarray) -> Callable[[], int] | None:
         docs = grain.MapDataset.range(len(lengths)).map(
             lambda i: {"input_ids": tokens[starts[i] : starts[i] + lengths[i]].astype(np.int64)}
         )
-        packed = ConcatThenSplitIterDataset(docs.to_iter_dataset(), length_struct={"input_ids": SEQ})
+        packed = ConcatThenSplitIterDataset(
+            docs.to_iter_dataset(), length_struct={"input_ids": SEQ}
+        )
         batched = packed.batch(BATCH)
         total = 0
         for batch in batched:
@@ -129,8 +131,8 @@ def hf_flattening(prefix: str, lengths: np.ndarray) -> Callable[[], int] | None:
         total = 0
         row: list[dict[str, Any]] = []
         filled = 0
-        for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
-            length = min(length, SEQ)
+        for start, whole in zip(starts.tolist(), lengths.tolist(), strict=True):
+            length = min(whole, SEQ)
             if filled + length > SEQ:
                 out = collator(row)
                 total += int(out["input_ids"].numel())
@@ -163,7 +165,10 @@ def text_corpus(root: Path, megabytes: float) -> tuple[str, list[str], Any]:
     from tokenizers import models, pre_tokenizers, trainers
 
     rng = np.random.default_rng(1)
-    words = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(rng.integers(2, 9)))) for _ in range(5000)]
+    words = [
+        "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), int(rng.integers(2, 9))))
+        for _ in range(5000)
+    ]
     texts: list[str] = []
     size = 0
     while size < megabytes * 1e6:
@@ -176,7 +181,10 @@ def text_corpus(root: Path, megabytes: float) -> tuple[str, list[str], Any]:
             out.write(json.dumps({"text": text}) + "\n")
     tok = HFTokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(texts[:2000], trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]", "</s>"], show_progress=False))
+    tok.train_from_iterator(
+        texts[:2000],
+        trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]", "</s>"], show_progress=False),
+    )
     return url, texts, tok
 
 
@@ -193,9 +201,13 @@ def bare_tokenizer(texts: list[str], tok: Any) -> Callable[[], int]:
 def conveyor_tokenizing(url: str, tok: Any, workers: int) -> Callable[[], int]:
     def run() -> int:
         tokenizer = Tokenizer(hf_tokenizer(tok), eos_id=tok.token_to_id("</s>"))
-        dataset = PackedText(JsonlDocuments(url), Packing(SEQ, boundaries=False), tokenizer=tokenizer)
+        source = JsonlDocuments(url, unit_bytes=1 << 20)  # ~6 units: both workers busy
+        dataset = PackedText(source, Packing(SEQ, boundaries=False), tokenizer=tokenizer)
         loader = conveyor.DataLoader(dataset, batch_size=BATCH, num_workers=workers)
-        return sum(int((batch["labels"] != -100).sum()) + int(batch["input_ids"].shape[0]) for batch in loader)
+        return sum(
+            int((batch["labels"] != -100).sum()) + int(batch["input_ids"].shape[0])
+            for batch in loader
+        )
 
     return run
 
@@ -240,7 +252,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         prefix, lengths = write_corpus(root, args.tokens)
-        print(f"load before: {os.getloadavg()}; {int(lengths.sum()):,} tokens, {len(lengths):,} documents")
+        print(
+            f"load before: {os.getloadavg()}; {int(lengths.sum()):,} tokens, "
+            f"{len(lengths):,} documents"
+        )
         packers: dict[str, Callable[[], int] | None] = {
             "numpy slices (ceiling)": numpy_ceiling(prefix),
             "conveyor PackedText concat": conveyor_concat(prefix),
@@ -252,7 +267,10 @@ def main() -> None:
             for name, run in packers.items():
                 if run is not None:
                     runs[name].append(timed(run))
-        print("\n| packing token files into 4,096-token int64 rows, 1 process | M tokens/s | vs conveyor |")
+        print(
+            "\n| packing token files into 4,096-token int64 rows, 1 process "
+            "| M tokens/s | vs conveyor |"
+        )
         print("|---|---|---|")
         ours = statistics.median(runs["conveyor PackedText concat"])
         for name, values in runs.items():
@@ -281,7 +299,10 @@ def main() -> None:
         for name, values in tok_runs.items():
             median = statistics.median(values)
             print(f"| {name} | {median / 1e6:.2f} | {median / bare:.2f}x |")
-        print("\n| resume mid-unit, 2 workers -> 1 | seconds to first batch | one worker's state | merged state |")
+        print(
+            "\n| resume mid-unit, 2 workers -> 1 | seconds to first batch "
+            "| one worker's state | merged state |"
+        )
         print("|---|---|---|---|")
         for sources in (1, 64):
             seconds, one, merged = resume_cost(prefix, sources)

@@ -2,9 +2,10 @@
 
 A unit is a byte range of a plain file (``unit_bytes``; a line belongs to the range it
 starts in) or a whole compressed file; a document is a line, numbered from 0 within its
-unit (blank lines keep their number and hold no document). A line that is not JSON, not an object with the text
-field, or whose text is empty is bad data: an error naming the file and the line, or,
-under ``on_error="skip"``, one document counted in the loader's skip ledger.
+unit (blank lines keep their number and hold no document). A line that is not JSON, not
+an object with the text field, or whose text is empty is bad data: an error naming the
+file and the line, or, under ``on_error="skip"``, one document counted in the loader's
+skip ledger.
 """
 
 from __future__ import annotations
