@@ -1,14 +1,13 @@
 """Parquet files of documents through pyarrow: one column read, one row group at a time.
 
-One row group is one unit (footers are read once, when the units are listed); a
-document is a row, numbered from 0 in its row group. Reading opens the footer, jumps to
-the row group and reads only the text column (a projection), a row group at a time:
-memory is one row group's column, and remote files are read by byte ranges through
-`conveyor.storage` (timeouts, retries). The column holds strings (tokenized in the worker) or lists of integers (token ids,
-used as they are). Bad data is named by file, row group and row: a file pyarrow cannot
-open, a missing column, a row group that does not decode (its rows counted), an empty
-or null document.
-"""
+One row group is one unit (footers are read once, when the units are listed); a document
+is a row, numbered from 0 in its row group. Reading opens the footer, jumps to the row
+group and reads only the text column (a projection), a row group at a time: memory is
+one row group's column, and remote files are read by byte ranges through
+`conveyor.storage` (timeouts, retries). The column holds strings (tokenized in the
+worker) or lists of integers (token ids, used as they are). Bad data is named by file,
+row group and row: a file pyarrow cannot open, a missing column, a row group that does
+not decode (its rows counted), an empty or null document."""
 
 from __future__ import annotations
 
