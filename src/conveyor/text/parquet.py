@@ -7,7 +7,8 @@ one row group's column, and remote files are read by byte ranges through
 `conveyor.storage` (timeouts, retries). The column holds strings (tokenized in the
 worker) or lists of integers (token ids, used as they are). Bad data is named by file,
 row group and row: a file pyarrow cannot open, a missing column, a row group that does
-not decode (its rows counted), an empty or null document."""
+not decode (its rows counted), an empty or null document.
+"""
 
 from __future__ import annotations
 
