@@ -117,6 +117,46 @@ def grain_concat(prefix: str, lengths: np.ndarray) -> Callable[[], int] | None:
     return run
 
 
+def _litdata_document(item: tuple[str, int, int]) -> Any:
+    prefix, start, length = item
+    tokens = np.memmap(prefix + ".bin", dtype=np.uint16, mode="r")
+    return torch.from_numpy(tokens[start : start + length].astype(np.int32))
+
+
+def litdata_tokens(prefix: str, lengths: np.ndarray, root: Path) -> Callable[[], int] | None:
+    """LitData's token loader: documents written once by ``optimize`` into its chunks, then
+    read back as blocks of SEQ + 1 tokens (its pretraining recipe). ``optimize`` is not
+    timed."""
+    try:
+        import litdata as ld
+    except ImportError:
+        return None
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    out = root / "litdata"
+    items = [(prefix, int(a), int(n)) for a, n in zip(starts, lengths, strict=True)]
+    ld.optimize(
+        fn=_litdata_document,
+        inputs=items,
+        output_dir=str(out),
+        chunk_size=(SEQ + 1) * 512,
+        item_loader=ld.TokensLoader(),
+        num_workers=1,
+        verbose=False,
+        start_method="fork",
+    )
+
+    def run() -> int:
+        dataset = ld.StreamingDataset(str(out), item_loader=ld.TokensLoader(block_size=SEQ + 1))
+        loader = ld.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0)
+        total = 0
+        for batch in loader:
+            inputs = batch[:, :-1].long()
+            total += int(inputs.numel())
+        return total
+
+    return run
+
+
 def hf_flattening(prefix: str, lengths: np.ndarray) -> Callable[[], int] | None:
     try:
         from transformers import DataCollatorWithFlattening
@@ -188,12 +228,47 @@ def text_corpus(root: Path, megabytes: float) -> tuple[str, list[str], Any]:
     return url, texts, tok
 
 
-def bare_tokenizer(texts: list[str], tok: Any) -> Callable[[], int]:
+def bare_tokenizer(texts: list[str], tok: Any, method: str) -> Callable[[], int]:
+    """The tokenizer alone on texts in memory, batches of 256, its own threads (2 cores)."""
+    encode = getattr(tok, method)
+
     def run() -> int:
         total = 0
         for start in range(0, len(texts), 256):
-            total += sum(len(e.ids) + 1 for e in tok.encode_batch(texts[start : start + 256]))
+            total += sum(len(e.ids) + 1 for e in encode(texts[start : start + 256]))
         return total
+
+    return run
+
+
+class _TitanTokenizer:
+    """torchtitan's tokenizer interface (encode with bos/eos) over the same HF tokenizer."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok, self.eos = tok, tok.token_to_id("</s>")
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        ids: list[int] = self.tok.encode(text).ids
+        return ([self.eos] if add_bos else []) + ids + ([self.eos] if add_eos else [])
+
+
+def torchtitan_text(url: str, tok: Any) -> Callable[[], int] | None:
+    """torchtitan's HuggingFaceTextDataset (its c4 loader on a local JSONL directory),
+    through its ParallelAwareDataloader, one process (its default: no workers)."""
+    try:
+        from torchtitan.components.dataloader import ParallelAwareDataloader
+        from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
+    except ImportError:
+        return None
+    directory = str(Path(url).parent / "titan")
+    os.makedirs(directory, exist_ok=True)
+    if not os.path.exists(directory + "/train.jsonl"):
+        os.link(url, directory + "/train.jsonl")
+
+    def run() -> int:
+        dataset = HuggingFaceTextDataset("c4_test", directory, _TitanTokenizer(tok), seq_len=SEQ)
+        loader = ParallelAwareDataloader(dataset, dp_rank=0, dp_world_size=1, batch_size=BATCH)
+        return sum(int(inputs["input"].numel()) for inputs, _ in loader)
 
     return run
 
@@ -242,6 +317,103 @@ def resume_cost(prefix: str, sources: int) -> tuple[float, int, int]:
     return seconds, one, len(json.dumps(merged["elastic"]))
 
 
+def _size(state: Any) -> int:
+    """Bytes of a state as JSON, or pickled when it holds bytes or arrays."""
+    try:
+        return len(json.dumps(state))
+    except TypeError:
+        import pickle
+
+        return len(pickle.dumps(state))
+
+
+def peer_resumes(prefix: str, lengths: np.ndarray, root: Path, url: str, tok: Any) -> list[str]:
+    """Rows of the resume table for the peers that keep a state: 37 batches, checkpoint,
+    a new loader restored from it, seconds to its first batch."""
+    rows = []
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    try:
+        import grain
+        from grain.experimental import ConcatThenSplitIterDataset
+
+        tokens = np.memmap(prefix + ".bin", dtype=np.uint16, mode="r")
+
+        def grain_iter() -> Any:
+            docs = grain.MapDataset.range(len(lengths)).map(
+                lambda i: {"input_ids": tokens[starts[i] : starts[i] + lengths[i]].astype(np.int64)}
+            )
+            packed = ConcatThenSplitIterDataset(
+                docs.to_iter_dataset(), length_struct={"input_ids": SEQ}
+            )
+            return iter(packed.batch(BATCH))
+
+        it = grain_iter()
+        for _ in range(37):
+            next(it)
+        state = it.get_state()
+        started = time.perf_counter()
+        again = grain_iter()
+        again.set_state(state)
+        next(again)
+        rows.append(
+            f"| Grain ConcatThenSplit | {time.perf_counter() - started:.3f} | {_size(state)} B | same pipeline only |"
+        )
+    except ImportError:
+        pass
+    try:
+        import litdata as ld
+
+        out = str(root / "litdata")
+
+        def litdata_loader() -> Any:
+            dataset = ld.StreamingDataset(out, item_loader=ld.TokensLoader(block_size=SEQ + 1))
+            return ld.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0)
+
+        loader = litdata_loader()
+        it = iter(loader)
+        for _ in range(37):
+            next(it)
+        state = loader.state_dict()
+        del it
+        started = time.perf_counter()
+        again = litdata_loader()
+        again.load_state_dict(state)
+        next(iter(again))
+        rows.append(
+            f"| LitData TokensLoader | {time.perf_counter() - started:.3f} | {_size(state)} B | same world size and workers |"
+        )
+    except (ImportError, FileNotFoundError):
+        pass
+    try:
+        from torchtitan.components.dataloader import ParallelAwareDataloader
+        from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
+
+        directory = str(Path(url).parent / "titan")
+
+        def titan_loader() -> Any:
+            dataset = HuggingFaceTextDataset(
+                "c4_test", directory, _TitanTokenizer(tok), seq_len=SEQ
+            )
+            return ParallelAwareDataloader(dataset, dp_rank=0, dp_world_size=1, batch_size=2)
+
+        loader = titan_loader()
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+        state = loader.state_dict()
+        del it
+        started = time.perf_counter()
+        again = titan_loader()
+        again.load_state_dict(state)
+        next(iter(again))
+        rows.append(
+            f"| torchtitan HuggingFaceTextDataset | {time.perf_counter() - started:.3f} | {_size(state)} B | same dp world size (asserted) |"
+        )
+    except ImportError:
+        pass
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=16_000_000)
@@ -260,6 +432,7 @@ def main() -> None:
             "numpy slices (ceiling)": numpy_ceiling(prefix),
             "conveyor PackedText concat": conveyor_concat(prefix),
             "Grain ConcatThenSplit": grain_concat(prefix, lengths),
+            "LitData TokensLoader (after optimize)": litdata_tokens(prefix, lengths, root),
             "HF DataCollatorWithFlattening": hf_flattening(prefix, lengths),
         }
         runs: dict[str, list[float]] = {name: [] for name, run in packers.items() if run}
@@ -286,19 +459,23 @@ def main() -> None:
         print(f"| concat | {padding_of(prefix, 'concat', 1):.3%} |")
         url, texts, tok = text_corpus(root, args.text_mb)
         tokenizing = {
-            "bare tokenizer encode_batch (its own threads)": bare_tokenizer(texts, tok),
+            "bare encode_batch (2 threads)": bare_tokenizer(texts, tok, "encode_batch"),
+            "bare encode_batch_fast (2 threads)": bare_tokenizer(texts, tok, "encode_batch_fast"),
             "conveyor 2 process workers": conveyor_tokenizing(url, tok, 2),
+            "torchtitan HuggingFaceTextDataset (1 process)": torchtitan_text(url, tok),
         }
-        tok_runs: dict[str, list[float]] = {name: [] for name in tokenizing}
+        tok_runs: dict[str, list[float]] = {name: [] for name, run in tokenizing.items() if run}
         for _ in range(args.repeats):
             for name, run in tokenizing.items():
-                tok_runs[name].append(timed(run))
-        bare = statistics.median(tok_runs["bare tokenizer encode_batch (its own threads)"])
-        print("\n| tokenization, 2 cores | M tokens/s | vs bare |")
-        print("|---|---|---|")
+                if run is not None:
+                    tok_runs[name].append(timed(run))
+        bare = statistics.median(tok_runs["bare encode_batch (2 threads)"])
+        fast = statistics.median(tok_runs["bare encode_batch_fast (2 threads)"])
+        print("\n| tokenization + packing, 2 cores | M tokens/s | vs encode_batch | vs _fast |")
+        print("|---|---|---|---|")
         for name, values in tok_runs.items():
             median = statistics.median(values)
-            print(f"| {name} | {median / 1e6:.2f} | {median / bare:.2f}x |")
+            print(f"| {name} | {median / 1e6:.2f} | {median / bare:.2f}x | {median / fast:.2f}x |")
         print(
             "\n| resume mid-unit, 2 workers -> 1 | seconds to first batch "
             "| one worker's state | merged state |"
@@ -306,7 +483,11 @@ def main() -> None:
         print("|---|---|---|---|")
         for sources in (1, 64):
             seconds, one, merged = resume_cost(prefix, sources)
-            print(f"| {sources} source(s) | {seconds:.3f} | {one} B | {merged} B |")
+            print(f"| conveyor, {sources} source(s) | {seconds:.3f} | {one} B | {merged} B |")
+        print("\n| peers: resume mid-epoch | seconds to first batch | state | resumes on |")
+        print("|---|---|---|---|")
+        for row in peer_resumes(prefix, lengths, root, url, tok):
+            print(row)
         print(f"\nload after: {os.getloadavg()}")
 
 
