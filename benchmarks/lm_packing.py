@@ -34,6 +34,7 @@ from conveyor.text import (
     TokenFiles,
     TokenFileWriter,
     Tokenizer,
+    collate_packed,
     hf_tokenizer,
 )
 
@@ -69,7 +70,7 @@ def timed(run: Callable[[], int]) -> float:
 def conveyor_concat(prefix: str) -> Callable[[], int]:
     def run() -> int:
         dataset = PackedText(TokenFiles(prefix), Packing(SEQ, boundaries=False))
-        loader = conveyor.DataLoader(dataset, batch_size=BATCH)
+        loader = conveyor.DataLoader(dataset, batch_size=BATCH, collate_fn=collate_packed)
         return sum(int(batch["input_ids"].numel()) for batch in loader)
 
     return run

@@ -11,7 +11,7 @@ docs/language-models.md.
 from conveyor.text.documents import DocumentSource, TextBatch, TokenBatch, Unit
 from conveyor.text.hf import HFDocuments
 from conveyor.text.jsonl import JsonlDocuments
-from conveyor.text.packing import IGNORE_INDEX, Packing
+from conveyor.text.layout import IGNORE_INDEX, Packing
 from conveyor.text.parquet import ParquetDocuments
 from conveyor.text.rows import build_row, collate_packed
 from conveyor.text.stream import PackedText

@@ -1,13 +1,14 @@
 """Packing documents into rows of ``seq_len`` tokens: concatenate-and-split, or best-fit.
 
-A packer turns a unit's documents (token batches, in order) into rows, each a list of
-`Piece`s (a run of one document's tokens and the token that follows it, for the label of
-its last position), and says after every row where the *next* row starts, as a
-`ResumePoint` of two numbers. Reading the unit again from that point gives exactly the
-rows that followed: that is all a checkpoint needs, mid-document and mid-row included.
+A packer turns a unit's documents (token batches, in order) into rows
+(`conveyor.text.rows`: ``input_ids``, ``labels``, ``position_ids``, ``cu_seqlens``) and
+says after every row where the *next* row starts, as a `ResumePoint` of two numbers.
+Reading the unit again from that point gives exactly the rows that followed: that is all
+a checkpoint needs, mid-document and mid-row included.
 
-- ``"concat"``: documents back to back, cut every ``seq_len`` tokens; a unit's last row is
-  padded. Resume point: (document, token) where the next row starts.
+- ``"concat"``: documents back to back, cut every ``seq_len`` tokens (`conveyor.text.concat`,
+  vectorised); a unit's last row is padded. Resume point: (document, token) where the
+  next row starts.
 - ``"best_fit"``: windows of ``window`` documents; each window's documents (longest first)
   go into the row with the least room that fits them (best-fit decreasing), rows in the
   order they were opened. Resume point: (first document of the window, rows of the window
@@ -21,79 +22,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
+from conveyor.text.concat import PackedRow, concat_rows
 from conveyor.text.documents import TokenBatch
+from conveyor.text.layout import IGNORE_INDEX, Packing, Piece, ResumePoint
+from conveyor.text.rows import build_row, row_tokens
 
 __all__ = ["IGNORE_INDEX", "Packing", "Piece", "ResumePoint", "pack"]
-
-IGNORE_INDEX = -100
-"""The label of positions with nothing to predict (torch's ``CrossEntropyLoss`` default)."""
-
-Method = Literal["concat", "best_fit"]
-LongDocs = Literal["split", "drop"]
-Labels = Literal["shifted", "unshifted"]
-
-
-@dataclass(frozen=True)
-class Packing:
-    """How documents become rows.
-
-    Args:
-        seq_len: tokens per row.
-        method: ``"concat"`` (concatenate and split: no padding but at a unit's end) or
-            ``"best_fit"`` (whole documents, best-fit over a window; some padding).
-        window: documents per best-fit window.
-        long_docs: documents longer than ``seq_len``: ``"split"`` or ``"drop"`` (counted).
-        pad_id: the token id of padding.
-        labels: ``"shifted"``: ``labels[i]`` is the token after ``input_ids[i]`` in its
-            document (torchtitan, nanoGPT, Megatron: the model does not shift);
-            ``"unshifted"``: ``labels`` equal ``input_ids`` with the first position of each
-            document ignored (Hugging Face models, which shift inside the loss).
-        boundaries: add ``cu_seqlens`` (document boundaries in the row) to each row; the
-            rows then need `collate_packed` (their lengths vary).
-    """
-
-    seq_len: int
-    method: Method = "concat"
-    window: int = 1024
-    long_docs: LongDocs = "split"
-    pad_id: int = 0
-    labels: Labels = "shifted"
-    boundaries: bool = True
-
-    def __post_init__(self) -> None:
-        if self.seq_len < 2:
-            raise ValueError(f"Packing seq_len must be >= 2, got {self.seq_len}")
-        if self.method not in ("concat", "best_fit"):
-            raise ValueError(f"Packing method must be 'concat' or 'best_fit', got {self.method!r}")
-        if self.window < 1:
-            raise ValueError(f"Packing window must be >= 1 document, got {self.window}")
-        if self.long_docs not in ("split", "drop"):
-            raise ValueError(f"long_docs must be 'split' or 'drop', got {self.long_docs!r}")
-        if self.labels not in ("shifted", "unshifted"):
-            raise ValueError(f"labels must be 'shifted' or 'unshifted', got {self.labels!r}")
-
-
-class Piece(NamedTuple):
-    """``tokens`` of one document in a row; ``following``: the document's next token
-    (the label of the piece's last position), or `IGNORE_INDEX` at its end."""
-
-    tokens: NDArray[np.integer]
-    following: int
-
-
-class ResumePoint(NamedTuple):
-    """Where reading a unit continues: (document, token) for concat, (window's first
-    document, rows of the window given) for best-fit."""
-
-    document: int
-    within: int
-
 
 Row = list[Piece]
 Dropped = Callable[[int, int], None]  # (document number, its tokens): a long document left out
@@ -101,12 +39,18 @@ Dropped = Callable[[int, int], None]  # (document number, its tokens): a long do
 
 def pack(
     packing: Packing, batches: Iterable[TokenBatch], start: ResumePoint, dropped: Dropped
-) -> Iterator[tuple[Row, ResumePoint]]:
-    """The rows of a unit read from ``start`` (its batches begin at ``start.document``),
-    each with the point where the next row starts."""
+) -> Iterator[PackedRow]:
+    """The rows of a unit read from ``start`` (its batches begin at ``start.document``):
+    each row's arrays (`conveyor.text.rows`), its real tokens, and the point where the
+    next row starts."""
     if packing.method == "concat":
-        return _concat(packing, batches, start.within, dropped)
-    return _best_fit(packing, batches, start.within, dropped)
+        return concat_rows(packing, batches, start.within, dropped)
+    return _built(packing, _best_fit(packing, batches, start.within, dropped))
+
+
+def _built(packing: Packing, rows: Iterator[tuple[Row, ResumePoint]]) -> Iterator[PackedRow]:
+    for row, after in rows:
+        yield build_row(row, packing), row_tokens(row), after
 
 
 def _documents(batches: Iterable[TokenBatch]) -> Iterator[tuple[int, NDArray[np.integer]]]:
@@ -114,35 +58,6 @@ def _documents(batches: Iterable[TokenBatch]) -> Iterator[tuple[int, NDArray[np.
         tokens, offsets = batch.tokens, batch.offsets.tolist()
         for i, number in enumerate(batch.numbers.tolist()):
             yield number, tokens[offsets[i] : offsets[i + 1]]
-
-
-def _concat(
-    packing: Packing, batches: Iterable[TokenBatch], skip: int, dropped: Dropped
-) -> Iterator[tuple[Row, ResumePoint]]:
-    size, drop_long = packing.seq_len, packing.long_docs == "drop"
-    row: Row = []
-    filled = 0
-    last = -1
-    for number, document in _documents(batches):
-        last = number
-        length = int(document.size)
-        start, skip = skip, 0  # only the first document resumes inside
-        if drop_long and length > size:
-            dropped(number, length)
-            continue
-        while start < length:
-            take = min(length - start, size - filled)
-            end = start + take
-            following = int(document[end]) if end < length else IGNORE_INDEX
-            row.append(Piece(document[start:end], following))
-            filled += take
-            start = end
-            if filled == size:
-                at = ResumePoint(number, end) if end < length else ResumePoint(number + 1, 0)
-                yield row, at
-                row, filled = [], 0
-    if row:
-        yield row, ResumePoint(last + 1, 0)
 
 
 def _best_fit(

@@ -11,13 +11,14 @@ in whichever consumer is dealt it next.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from conveyor.formats.errors import ErrorPolicy
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state.elastic import Pending
 from conveyor.text.documents import DocumentSource, TextBatch, TokenBatch, Unit
-from conveyor.text.packing import Packing, ResumePoint, Row, pack
-from conveyor.text.rows import row_tokens
+from conveyor.text.layout import Packing, ResumePoint
+from conveyor.text.packing import pack
 from conveyor.text.tokenize import Tokenizer
 
 __all__ = ["SourceRows", "decode_offset", "encode_offset"]
@@ -62,15 +63,15 @@ class SourceRows:
         self.index, self.offset = index, offset
         self.tokens = 0
 
-    def rows(self) -> Iterator[Row]:
+    def rows(self) -> Iterator[dict[str, Any]]:
         share = self._pending.share(self._consumer, self._consumers, self.index)
         for position, pending_offset in share:
             unit = self._unit_at(position)
             point = decode_offset(self.offset or pending_offset)
             batches = self._tokenized(unit, self._source.read(unit, point.document, self._errors))
-            for row, after in pack(self._packing, batches, point, self._dropper(unit)):
+            for row, tokens, after in pack(self._packing, batches, point, self._dropper(unit)):
                 self.offset = encode_offset(after)
-                self.tokens += row_tokens(row)
+                self.tokens += tokens
                 yield row
             self.index += 1
             self.offset = 0

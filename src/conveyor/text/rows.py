@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from conveyor.text.packing import IGNORE_INDEX, Packing, Piece
+from conveyor.text.layout import IGNORE_INDEX, Packing, Piece
 
 __all__ = ["build_row", "collate_packed", "row_tokens"]
 

@@ -38,7 +38,6 @@ from conveyor.text.documents import DocumentSource, Unit
 from conveyor.text.mixing import RowMix
 from conveyor.text.packing import Packing
 from conveyor.text.reader import SourceRows
-from conveyor.text.rows import build_row
 from conveyor.text.tokenize import Tokenizer
 
 __all__ = ["PackedText"]
@@ -271,7 +270,6 @@ class _Consumer:
         self.mix = RowMix(dataset.rates, mix)
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        packing = self._dataset.packing
         first = self._dataset.stop_on == "first_exhausted"
         iterators = [reader.rows() for reader in self.readers]
         while (source := self.mix.next_source()) is not None:
@@ -282,7 +280,7 @@ class _Consumer:
                 self.mix.exhausted(source)
                 continue
             self.mix.advance()
-            yield build_row(row, packing)
+            yield row
 
     def state(self) -> dict[str, Any]:
         consumers, consumer = self._slot

@@ -156,8 +156,8 @@ class _Tokens:
         return {**self.__dict__, "_map": None}  # workers map the file themselves
 
     def slice(self, start: int, stop: int) -> NDArray[Any]:
-        if is_local(self.url):
-            return self._mapped()[start:stop]
+        if is_local(self.url):  # a plain view: memmap's subclass hooks cost per slice
+            return np.asarray(self._mapped()[start:stop])
         size = self.dtype.itemsize
         with open_url(self.url, self._options) as stream:
             stream.seek(start * size)
