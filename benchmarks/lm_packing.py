@@ -278,12 +278,13 @@ def conveyor_tokenizing(url: str, tok: Any, workers: int) -> Callable[[], int]:
     def run() -> int:
         tokenizer = Tokenizer(hf_tokenizer(tok), eos_id=tok.token_to_id("</s>"))
         source = JsonlDocuments(url, unit_bytes=1 << 20)  # ~6 units: both workers busy
-        dataset = PackedText(source, Packing(SEQ, boundaries=False), tokenizer=tokenizer)
-        loader = conveyor.DataLoader(dataset, batch_size=BATCH, num_workers=workers)
-        return sum(
-            int((batch["labels"] != -100).sum()) + int(batch["input_ids"].shape[0])
-            for batch in loader
+        pad = tok.get_vocab_size() + 1  # an id the tokenizer never gives: counts padding
+        packing = Packing(SEQ, boundaries=False, pad_id=pad)
+        dataset = PackedText(source, packing, tokenizer=tokenizer)
+        loader = conveyor.DataLoader(
+            dataset, batch_size=BATCH, num_workers=workers, collate_fn=collate_packed
         )
+        return sum(int((batch["input_ids"] != pad).sum()) for batch in loader)
 
     return run
 
@@ -292,8 +293,9 @@ def conveyor_tokenizing(url: str, tok: Any, workers: int) -> Callable[[], int]:
 
 
 def resume_cost(prefix: str, sources: int) -> tuple[float, int, int]:
-    """Seconds from load_state_dict to the first batch, mid-unit, 2 workers; the size in
-    bytes (JSON) of one worker's state and of the loader's whole checkpoint."""
+    """Seconds from a new loader's construction to its first batch after loading a
+    checkpoint taken mid-unit with 2 workers (resumed without workers: another topology);
+    the size in bytes (JSON) of one worker's state and of the merged progress."""
 
     def make() -> PackedText:
         named = {f"s{i}": TokenFiles(prefix, unit_tokens=1 << 20) for i in range(sources)}
@@ -311,7 +313,7 @@ def resume_cost(prefix: str, sources: int) -> tuple[float, int, int]:
     one = len(json.dumps(worker_states[0]))
     merged = conveyor.merge_checkpoints([state])
     started = time.perf_counter()
-    resumed = conveyor.DataLoader(make(), batch_size=BATCH, num_workers=1)
+    resumed = conveyor.DataLoader(make(), batch_size=BATCH)  # in process, as the peers
     resumed.load_state_dict(merged)
     next(iter(resumed))
     seconds = time.perf_counter() - started
@@ -357,7 +359,8 @@ def peer_resumes(prefix: str, lengths: np.ndarray, root: Path, url: str, tok: An
         again.set_state(state)
         next(again)
         rows.append(
-            f"| Grain ConcatThenSplit | {time.perf_counter() - started:.3f} | {_size(state)} B | same pipeline only |"
+            f"| Grain ConcatThenSplit | {time.perf_counter() - started:.3f} "
+            f"| {_size(state)} B | same pipeline only |"
         )
     except ImportError:
         pass
@@ -381,7 +384,8 @@ def peer_resumes(prefix: str, lengths: np.ndarray, root: Path, url: str, tok: An
         again.load_state_dict(state)
         next(iter(again))
         rows.append(
-            f"| LitData TokensLoader | {time.perf_counter() - started:.3f} | {_size(state)} B | same world size and workers |"
+            f"| LitData TokensLoader | {time.perf_counter() - started:.3f} "
+            f"| {_size(state)} B | same world size and workers |"
         )
     except (ImportError, FileNotFoundError):
         pass
@@ -408,7 +412,8 @@ def peer_resumes(prefix: str, lengths: np.ndarray, root: Path, url: str, tok: An
         again.load_state_dict(state)
         next(iter(again))
         rows.append(
-            f"| torchtitan HuggingFaceTextDataset | {time.perf_counter() - started:.3f} | {_size(state)} B | same dp world size (asserted) |"
+            f"| torchtitan HuggingFaceTextDataset | {time.perf_counter() - started:.3f} "
+            f"| {_size(state)} B | same dp world size (asserted) |"
         )
     except ImportError:
         pass
@@ -478,7 +483,7 @@ def main() -> None:
             median = statistics.median(values)
             print(f"| {name} | {median / 1e6:.2f} | {median / bare:.2f}x | {median / fast:.2f}x |")
         print(
-            "\n| resume mid-unit, 2 workers -> 1 | seconds to first batch "
+            "\n| resume mid-unit, 2 workers -> 0 | seconds to first batch "
             "| one worker's state | merged state |"
         )
         print("|---|---|---|---|")

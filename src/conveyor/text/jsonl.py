@@ -65,6 +65,20 @@ def _seek_line(stream: IO[bytes], first: int) -> None:
             return
 
 
+def _numbered(lines: Iterator[bytes], start: int, size: int) -> Iterator[list[tuple[int, bytes]]]:
+    """Runs of up to ``size`` (number, line) from line ``start`` on, blank lines left out."""
+    part: list[tuple[int, bytes]] = []
+    for number, line in enumerate(lines):
+        if number < start or not line.strip():
+            continue
+        part.append((number, line))
+        if len(part) == size:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
 class JsonlDocuments:
     """Documents from the ``field`` of each line of JSONL files (local or remote URLs,
     globs and ``{a..b}`` braces as `TarShards` takes them), ``batch_size`` per batch."""
@@ -114,35 +128,46 @@ class JsonlDocuments:
             if unit.stop is not None:  # a byte range of a plain file
                 _seek_line(stream, unit.first)
                 limit = unit.stop - stream.tell()
-            numbers: list[int] = []
-            texts: list[str] = []
             try:
-                for number, line in enumerate(_lines(stream, limit)):
-                    if number < start or not line.strip():
-                        continue
-                    text = self._text(unit.url, number, line, errors)
-                    if text is None:
-                        continue
-                    numbers.append(number)
-                    texts.append(text)
-                    if len(texts) == self.batch_size:
+                for part in _numbered(_lines(stream, limit), start, self.batch_size):
+                    numbers, texts = self._texts(unit.url, part, errors)
+                    if texts:
                         yield TextBatch(numbers, texts)
-                        numbers, texts = [], []
             except (OSError, EOFError, ValueError) as error:  # a truncated or corrupt archive
-                if texts:
-                    yield TextBatch(numbers, texts)
-                    numbers, texts = [], []
                 errors.handle(SampleError(f"cannot read on: {error}", unit.url))
-            if texts:
-                yield TextBatch(numbers, texts)
+
+    def _texts(
+        self, url: str, part: list[tuple[int, bytes]], errors: ErrorPolicy
+    ) -> tuple[list[int], list[str]]:
+        """The documents of a run of lines: one ``json.loads`` for the run (a JSON array),
+        line by line only when some line is bad."""
+        try:
+            records = json.loads(b"[" + b",".join(line for _, line in part) + b"]")
+        except ValueError:
+            records = None
+        if records is None or len(records) != len(part):
+            found = [(n, self._text(url, n, line, errors)) for n, line in part]
+            kept = [(n, t) for n, t in found if t is not None]
+            return [n for n, _ in kept], [t for _, t in kept]
+        numbers: list[int] = []
+        texts: list[str] = []
+        for (number, _), record in zip(part, records, strict=True):
+            text = self._field(url, number, record, errors)
+            if text is not None:
+                numbers.append(number)
+                texts.append(text)
+        return numbers, texts
 
     def _text(self, url: str, number: int, line: bytes, errors: ErrorPolicy) -> str | None:
-        key = f"line {number}"
         try:
             record = json.loads(line)
         except ValueError as error:
-            errors.handle(SampleError(f"not JSON: {error}", url, key))
+            errors.handle(SampleError(f"not JSON: {error}", url, f"line {number}"))
             return None
+        return self._field(url, number, record, errors)
+
+    def _field(self, url: str, number: int, record: Any, errors: ErrorPolicy) -> str | None:
+        key = f"line {number}"
         if not isinstance(record, dict) or self.field not in record:
             errors.handle(SampleError(f"no field {self.field!r}", url, key))
             return None

@@ -59,6 +59,20 @@ def test_jsonl_bad_lines_raise_with_file_and_line(tmp_path: Path) -> None:
         docs(JsonlDocuments(url))
 
 
+def test_jsonl_truncated_archive_keeps_what_was_read_and_counts_the_rest(tmp_path: Path) -> None:
+    url = write_jsonl(tmp_path / "cut.jsonl.gz", [json.dumps({"text": t}) for t in TEXTS * 2000])
+    data = Path(url).read_bytes()
+    Path(url).write_bytes(data[: len(data) // 2])
+    with pytest.raises(SampleError, match=r"cannot read on.*cut.jsonl.gz"):
+        docs(JsonlDocuments(url))
+    skip_sink().drain()
+    got = docs(JsonlDocuments(url), errors=ErrorPolicy("skip"))
+    assert 0 < len(got) < len(TEXTS) * 2000
+    assert [t for _, t in got] == (TEXTS * 2000)[: len(got)]
+    [record] = skip_sink().drain()
+    assert record.url == url and record.estimated
+
+
 def test_jsonl_bad_lines_skipped_and_counted(tmp_path: Path) -> None:
     lines = [
         json.dumps({"text": "a"}),
@@ -195,6 +209,10 @@ def test_hf_dataset_ranges_and_token_columns(
     unit = source.units()[1]
     first = next(source.read(unit, 4, ErrorPolicy()))
     assert isinstance(first, TextBatch) and first.numbers[0] == 4 and first.texts[0] == TEXTS[20]
+    import pickle
+
+    # memory-mapped: a worker receives the Arrow files' paths, not the table
+    assert len(pickle.dumps(source)) < len(pickle.dumps(HFDocuments(dataset, unit_rows=16))) / 2
     tokens = HFDocuments(loaded, column="ids", unit_rows=100)
     assert [t for _, t in docs(tokens)] == [[i, i + 1] for i in range(40)]
     with pytest.raises(ValueError, match="no column"):
