@@ -188,4 +188,3 @@ def test_packing_options_are_checked() -> None:
         Packing(8, method="greedy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="long_docs"):
         Packing(8, long_docs="truncate")  # type: ignore[arg-type]
-
