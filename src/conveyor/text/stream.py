@@ -65,7 +65,8 @@ class PackedText(IterableDataset[dict[str, Any]]):
             DataLoader's skip ledger (or an `ErrorPolicy` with budgets).
 
     Each row is a dict of ``input_ids``, ``labels``, ``position_ids`` (int64 arrays) and,
-    with ``packing.boundaries``, ``cu_seqlens`` (then batch with `collate_packed`).
+    with ``packing.boundaries``, ``cu_seqlens`` (then batch with `collate_packed`). Give
+    each source at least ``world_size x num_workers`` units, or some consumers have none.
     """
 
     def __init__(
