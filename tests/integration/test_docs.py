@@ -51,6 +51,7 @@ PUBLIC_MODULES = [
     "conveyor.stateful_dataloader.sampler",
     "conveyor.stats",
     "conveyor.storage",
+    "conveyor.text",
     "conveyor.vision",
 ]
 """Modules users import by path; every name in their ``__all__`` must be documented."""

@@ -53,3 +53,19 @@ def test_dataloader_signature_is_torch_s_plus_extras() -> None:
         assert ours[name].kind == parameter.kind, name
         assert ours[name].default == parameter.default, name
     assert list(ours)[: len(theirs)] == list(theirs)  # same order; extras come after
+
+
+def test_stateful_dataloader_signature_is_torchdata_s_plus_extras() -> None:
+    """Frameworks check the keyword arguments they pass on against this signature
+    (torchtitan's ParallelAwareDataloader): it must name them as torchdata's does."""
+    from torchdata.stateful_dataloader import StatefulDataLoader as Theirs
+
+    from conveyor.stateful_dataloader import StatefulDataLoader
+
+    theirs = inspect.signature(Theirs.__init__).parameters
+    ours = inspect.signature(StatefulDataLoader.__init__).parameters
+    for name, parameter in theirs.items():
+        assert name in ours, name
+        assert ours[name].kind == parameter.kind, name
+        if name != "snapshot_every_n_steps":  # 1 here: every step is exact anyway
+            assert ours[name].default == parameter.default, name

@@ -18,6 +18,7 @@ from conveyor.engine import messages as msg
 from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.in_flight import InFlight, RoundRobin
 from conveyor.engine.messages import DatasetControl, Reply, StartEpoch, Task
+from conveyor.engine.placed import has_control
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.remote_error import RemoteError
@@ -49,6 +50,7 @@ class MultiWorkerIterator(LoaderIterator):
         super().__init__(plan, len_hint, resume)
         self._resume_state = resume.state if resume is not None else None
         self._control_sent = 0
+        self._controlled = False
         self._worker_options = workers = self._options.workers
         # a map-style dataset with state_dict(): its state in each worker is checkpointed
         # too (in_order only: out of order, tasks do not go round the workers in turn)
@@ -101,9 +103,12 @@ class MultiWorkerIterator(LoaderIterator):
         """A placed dataset (`conveyor.engine.placed`) in the main process keeps time:
         where its run starts, and which positions no worker has been asked for yet."""
         placed = self._placed_run
-        if placed is None:
-            return
         dataset = self._data.dataset
+        self._controlled = placed is not None or has_control(dataset)
+        if placed is None:
+            if self._controlled:  # a stream that takes changes (PackedText.set_weights)
+                self._control_sent = dataset.control_version
+            return
         saved = self._resume_state.get("elastic") if resumed and self._resume_state else None
         ahead = self._worker_options.tasks_in_flight  # tasks sent beyond what was delivered
         me = weakref.ref(self)  # the user's dataset must not keep this iterator alive
@@ -159,7 +164,7 @@ class MultiWorkerIterator(LoaderIterator):
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
             return False
-        if self._placed_run is not None:
+        if self._controlled:
             self._send_dataset_control()
         if self._worker_options.in_order:
             worker_id = self._dealer.next()

@@ -21,11 +21,20 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["PlacedRun", "is_placed", "place"]
+__all__ = ["PlacedRun", "has_control", "is_placed", "place"]
 
 
 def is_placed(dataset: Any) -> bool:
     return getattr(type(dataset), "positions_split_by_loader", False) is True
+
+
+def has_control(dataset: Any) -> bool:
+    """A dataset whose main-process changes reach the workers (``control_version``,
+    ``control()``, ``apply_control``): placed ones, and streams such as `PackedText`
+    whose ``set_weights`` each worker follows from the next task it receives."""
+    return isinstance(getattr(dataset, "control_version", None), int) and callable(
+        getattr(dataset, "apply_control", None)
+    )
 
 
 def place(

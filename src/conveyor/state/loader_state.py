@@ -17,8 +17,9 @@ from typing import Any, NamedTuple, TypedDict
 
 import torch
 
-from conveyor.state.elastic import is_elastic, merge
+from conveyor.state.elastic import is_elastic
 from conveyor.state.protocol import has_state
+from conveyor.state.stream_set import merge_any
 
 STATE_VERSION = 1
 
@@ -320,7 +321,7 @@ def _merged_progress(
             "checkpoints of every rank with conveyor.merge_checkpoints([...]) and load the "
             "result on every rank"
         )
-    return merge([s for s, _ in streams])
+    return merge_any([s for s, _ in streams])
 
 
 def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
@@ -352,7 +353,7 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
             "not an elastic progress); read them through conveyor.ShardedStream"
         )
     merged: LoaderStateDict = dict(first)  # type: ignore[assignment]
-    merged["elastic"] = merge(streams)
+    merged["elastic"] = merge_any(streams)
     merged["workers"] = None
     merged["dataset"] = None
     merged["topology"] = None
