@@ -30,6 +30,7 @@ torch; those are found by a ``__getattr__`` that exists only at run time.
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -41,6 +42,8 @@ from conveyor.datapipes.cursor import (
 )
 from conveyor.dataset import Dataset, IterableDataset
 from conveyor.engine.channel import NotAvailable
+from conveyor.engine.worker_info import get_worker_info
+from conveyor.torch_compat import TorchIterDataPipe, TorchMapDataPipe, torch_worker_info
 
 __all__ = [
     "AnyNode",
@@ -49,6 +52,7 @@ __all__ = [
     "GeneratorCursor",
     "IterNode",
     "MapNode",
+    "scan_inputs",
 ]
 
 T = TypeVar("T")
@@ -143,6 +147,13 @@ class IterNode(IterableDataset[T_co], _Registry):
 
     # ----- iteration ------------------------------------------------------------------
     def __iter__(self) -> Iterator[T_co]:
+        torch_info = torch_worker_info()
+        if torch_info is not None and torch_info.dataset is self and get_worker_info() is None:
+            # a worker of torch's own DataLoader iterates this graph: seed and shard it
+            # (imported here: only then is it needed)
+            from conveyor.datapipes.torch_loader import prepare_for_torch_worker
+
+            prepare_for_torch_worker(self, torch_info)
         if self._pending is None:
             self._restart(None)
         else:
@@ -229,7 +240,7 @@ class IterNode(IterableDataset[T_co], _Registry):
 
     def datapipe_inputs(self) -> list[Any]:
         """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+        return scan_inputs(vars(self))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -270,7 +281,7 @@ class MapNode(Dataset[T_co], _Registry):
 
     def datapipe_inputs(self) -> list[Any]:
         """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+        return scan_inputs(vars(self))
 
 
 AnyNode = IterNode[Any] | MapNode[Any]
@@ -301,9 +312,12 @@ class GeneratorCursor(Cursor[T_co]):
         return {"version": 1, "yielded": self._yielded}
 
     def close(self) -> None:
-        close = getattr(self._it, "close", None)
-        if callable(close):
-            close()
+        # A generator was made for this pass alone: closing it runs its ``finally``
+        # blocks now. Any other iterator ``__iter__`` returned may be one the pipe keeps
+        # and hands out again (torch's test_iterdatapipe_singleton_new_object): closing
+        # it would leave the next pass silently empty; it closes itself when dropped.
+        if isinstance(self._it, types.GeneratorType):
+            self._it.close()
 
 
 class _NextCaller(Iterator[T_co]):
@@ -380,12 +394,17 @@ def _lookup(owner: type, registry: dict[str, Callable[..., Any]], obj: Any, name
     return bound
 
 
-def _scan_inputs(attributes: Mapping[str, Any]) -> list[Any]:
-    found: list[AnyNode] = []
+_PIPE_TYPES = (IterNode, MapNode, TorchIterDataPipe, TorchMapDataPipe)
+
+
+def scan_inputs(attributes: Mapping[str, Any]) -> list[Any]:
+    """The DataPipes (conveyor's or torch's) held in ``attributes``, directly or in lists,
+    tuples, sets and dict values, each once, in attribute order."""
+    found: list[Any] = []
     seen: set[int] = set()
 
     def visit(value: object, depth: int) -> None:
-        if isinstance(value, IterNode | MapNode):
+        if isinstance(value, _PIPE_TYPES):
             if id(value) not in seen:
                 seen.add(id(value))
                 found.append(value)
