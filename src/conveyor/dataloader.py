@@ -104,9 +104,11 @@ class DataLoader(TorchDataLoader[T_co]):
             if none; ``pip install conveyor[ray]``), batches through Ray's object store;
             a lost actor or node costs no sample (docs/scaling-out.md).
         ray_remote_args: ``worker_type="ray"``: keyword arguments for the actors'
-            ``.options()`` (``num_cpus``, ``resources``, ``scheduling_strategy``).
+            ``.options()`` (``num_cpus``, ``resources``, ``scheduling_strategy``: the
+            actors are spread over the nodes, ``"SPREAD"``, unless it says otherwise).
         max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
-            (default 0: a lost worker's tasks go to the survivors).
+            while the cluster has room (default None: up to ``num_workers``; 0: a lost
+            worker's tasks go to the survivors).
         fullsync: under torch.distributed, every rank ends the epoch as soon as one rank
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
