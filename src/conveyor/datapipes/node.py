@@ -63,7 +63,11 @@ _WAIT_SLICE_S = 1.0  # re-poll at least this often, in case a producer died with
 
 
 class DataChunk(list[T]):
-    """A batch: a list, as yielded by ``batch`` and ``groupby`` (same as torch's DataChunk)."""
+    """A batch: a list, as yielded by ``batch`` and ``groupby`` (same as torch's DataChunk).
+
+    Args:
+        iterable: the items of the batch.
+    """
 
     @property
     def items(self) -> list[T]:

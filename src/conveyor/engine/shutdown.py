@@ -41,8 +41,7 @@ def worker_death_message(worker_id: int, pid: int, exitcode: int) -> str:
     tests match it), then the worker's id, the signal's number and name and what to try."""
     if exitcode >= 0:
         return (
-            f"DataLoader worker {worker_id} (pid {pid}) exited unexpectedly with code "
-            f"{exitcode}."
+            f"DataLoader worker {worker_id} (pid {pid}) exited unexpectedly with code {exitcode}."
         )
     return (
         f"{torch_first_sentence(pid, exitcode)}It was worker {worker_id}, ended by "
