@@ -3,7 +3,8 @@
 A Ray cluster of its own on 127.0.0.1 (the package's shared one cannot gain nodes after it
 lost one): a head without CPUs and two worker nodes of 8 CPUs each, room for twice the
 workers. Two loaders with ``worker_type="ray"``, 4 workers and *no* Ray arguments, one over
-a map-style dataset and one over a stream, take two batches each; then the node running
+a map-style dataset and one over a stream, take two batches or more each (until every
+actor has started, so that its node is known); then the node running
 worker 0 of the stream loader dies (every process of it SIGKILLed, as a crashed machine),
 and both finish their epoch. argv: OUT; writes JSON with the batches, torch's, the nodes
 each loader's actors ran on and the workers lost.
@@ -85,8 +86,11 @@ def run(cluster: Cluster, nodes: list[Any]) -> dict[str, Any]:
         name: iter(conveyor.DataLoader(dataset, worker_type="ray", **options))
         for name, dataset in datasets.items()
     }
-    heads = {name: [next(it).tolist() for _ in range(2)] for name, it in iterators.items()}
     pools = {name: it._pool for name, it in iterators.items()}
+    heads: dict[str, list[Any]] = {name: [] for name in iterators}
+    for name, iterator in iterators.items():  # until every actor said where it runs
+        while len(heads[name]) < 2 or any(a.node_id == "?" for a in pools[name]._actors):
+            heads[name].append(next(iterator).tolist())
     spread = {name: sorted({a.node_id for a in pool._actors}) for name, pool in pools.items()}
     doomed_id = pools["stream"]._actors[0].node_id
     kill_node(cluster, next(node for node in nodes if node.node_id == doomed_id))
