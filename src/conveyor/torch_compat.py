@@ -40,6 +40,7 @@ from torch.utils.data import Subset as TorchSubset
 from torch.utils.data import SubsetRandomSampler as TorchSubsetRandomSampler
 from torch.utils.data import TensorDataset as TorchTensorDataset
 from torch.utils.data import WeightedRandomSampler as TorchWeightedRandomSampler
+from torch.utils.data.datapipes.datapipe import DataChunk as TorchDataChunk
 from torch.utils.data.datapipes.datapipe import IterDataPipe as TorchIterDataPipe
 from torch.utils.data.datapipes.datapipe import MapDataPipe as TorchMapDataPipe
 from torch.utils.data.distributed import DistributedSampler as TorchDistributedSampler
@@ -49,6 +50,7 @@ __all__ = [
     "TorchBatchSampler",
     "TorchChainDataset",
     "TorchConcatDataset",
+    "TorchDataChunk",
     "TorchDataLoader",
     "TorchDataset",
     "TorchDistributedSampler",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from conveyor.datapipes.cursor import (
@@ -43,7 +43,12 @@ from conveyor.datapipes.cursor import (
 from conveyor.dataset import Dataset, IterableDataset
 from conveyor.engine.channel import NotAvailable
 from conveyor.engine.worker_info import get_worker_info
-from conveyor.torch_compat import TorchIterDataPipe, TorchMapDataPipe, torch_worker_info
+from conveyor.torch_compat import (
+    TorchDataChunk,
+    TorchIterDataPipe,
+    TorchMapDataPipe,
+    torch_worker_info,
+)
 
 __all__ = [
     "AnyNode",
@@ -62,15 +67,19 @@ _RUNTIME_ATTRS = ("_cursor", "_pending", "_parked", "_iterator_id")
 _WAIT_SLICE_S = 1.0  # re-poll at least this often, in case a producer died without ringing
 
 
-class DataChunk(list[T]):
-    """A batch: a list, as yielded by ``batch`` and ``groupby`` (same as torch's DataChunk).
+class DataChunk(TorchDataChunk[T]):
+    """A batch: a list, as yielded by ``batch`` and ``groupby``. Same as torch's DataChunk,
+    and a subclass of it (every method overridden: none of torch's code runs).
 
     Args:
-        iterable: the items of the batch.
+        items: the items of the batch.
     """
 
-    @property
-    def items(self) -> list[T]:
+    def __init__(self, items: Iterable[T] = ()) -> None:
+        list.__init__(self, items)
+
+    @property  # torch keeps a copy in an attribute: read-only here, always current
+    def items(self) -> list[T]:  # type: ignore[override]
         """The batch's elements (torch compatibility)."""
         return list(self)
 
@@ -78,9 +87,12 @@ class DataChunk(list[T]):
         """The batch rendered as ``[a, b, c]`` with a leading indent."""
         return indent + "[" + ", ".join(str(i) for i in self) + "]"
 
+    def __iter__(self) -> Iterator[T]:
+        return list.__iter__(self)
+
     def raw_iterator(self) -> Iterator[T]:
         """Iterate the elements."""
-        yield from self
+        return list.__iter__(self)
 
 
 class _Registry:
