@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # the workers use the other cores
     with tempfile.TemporaryDirectory(prefix="conveyor-demo-") as directory:
         start = time.perf_counter()
+        print(f"conveyor demo: writing {args.samples} JPEGs into tar shards ...", flush=True)
         shards = write_dataset(directory, args.samples, args.side, args.per_shard)
         print(
             f"conveyor demo: wrote {args.samples} JPEGs ({args.side}x{args.side}) into "
