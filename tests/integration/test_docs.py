@@ -378,3 +378,56 @@ def test_the_docs_extra_can_format_signatures() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     docs = " ".join(extras["optional-dependencies"]["docs"])
     assert re.search(r"\b(ruff|black)\b", docs), docs
+
+
+def test_the_home_page_links_the_migration_guides_and_shows_the_install(built_site: Path) -> None:
+    home = (built_site / "index.html").read_text(encoding="utf-8")
+    assert 'href="migrating/torch/"' in home and 'href="migrating/torchdata/"' in home
+    text = re.sub(r"<[^>]+>", "", home)
+    assert "pip install torch==2.13.0" in text and "-c /path/to/conveyor/constraints.txt" in text
+
+
+SPEED_PAGES = [
+    ROOT / "README.md",
+    DOCS / "index.md",
+    DOCS / "getting-started.md",
+    DOCS / "cli.md",
+    DOCS / "scaling-out.md",
+    DOCS / "long-runs.md",
+    *sorted((DOCS / "guide").glob("*.md")),
+    *sorted((DOCS / "migrating").glob("*.md")),
+]
+_RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?)x(?=\W)")
+
+
+def _headline_table() -> str:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    start = text.index("## Headline figures")
+    return text[start : text.index("\n## ", start + 3)]
+
+
+@pytest.mark.parametrize("page", SPEED_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_speed_figures_are_quoted_from_the_benchmarks_headline_table(page: Path) -> None:
+    """One source of truth: every "N-Mx" ratio in the README and the guides is one of
+    docs/benchmarks.md's headline figures (S1 was "5-8x" here, 9.2-10.2x there)."""
+    headline = _headline_table()
+    quoted = set(_RATIO.findall(page.read_text(encoding="utf-8")))
+    assert not {figure for figure in quoted if f"{figure}x" not in headline}
+
+
+def _column_of(header: list[str], name: str) -> int:
+    return [cell.strip() for cell in header].index(name)
+
+
+def test_the_quick_bench_table_keeps_torch_and_advantage_in_view(built_site: Path) -> None:
+    """The `conveyor bench --quick` result was a 101-column code block: its torch and
+    advantage columns were off screen. It is an HTML table now (whose cells wrap), and no
+    code block on the page holds a result table with those columns."""
+    html = (built_site / "benchmarks" / "index.html").read_text(encoding="utf-8")
+    for block in re.findall(r"<pre>(.*?)</pre>", html, re.S):
+        assert "advantage" not in re.sub(r"<[^>]+>", "", block)
+    tables = re.findall(r"<table>(.*?)</table>", html, re.S)
+    quick = next(t for t in tables if "S1 tensors bs64 nw2" in t)
+    header = re.findall(r"<th[^>]*>(.*?)</th>", quick)
+    assert ["scenario", "unit", "conveyor", "torch", "advantage"] == [h.strip() for h in header]
+    assert quick.count("<tr>") >= 17 and "3.40x" in quick
