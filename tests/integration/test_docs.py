@@ -415,10 +415,6 @@ def test_speed_figures_are_quoted_from_the_benchmarks_headline_table(page: Path)
     assert not {figure for figure in quoted if f"{figure}x" not in headline}
 
 
-def _column_of(header: list[str], name: str) -> int:
-    return [cell.strip() for cell in header].index(name)
-
-
 def test_the_quick_bench_table_keeps_torch_and_advantage_in_view(built_site: Path) -> None:
     """The `conveyor bench --quick` result was a 101-column code block: its torch and
     advantage columns were off screen. It is an HTML table now (whose cells wrap), and no
@@ -429,5 +425,5 @@ def test_the_quick_bench_table_keeps_torch_and_advantage_in_view(built_site: Pat
     tables = re.findall(r"<table>(.*?)</table>", html, re.S)
     quick = next(t for t in tables if "S1 tensors bs64 nw2" in t)
     header = re.findall(r"<th[^>]*>(.*?)</th>", quick)
-    assert ["scenario", "unit", "conveyor", "torch", "advantage"] == [h.strip() for h in header]
+    assert [h.strip() for h in header] == ["scenario", "unit", "conveyor", "torch", "advantage"]
     assert quick.count("<tr>") >= 17 and "3.40x" in quick
