@@ -9,6 +9,9 @@ alternating conveyor and torch. ``--fat-mb`` adds a payload that pickles to that
 
 ``--build-s`` spends that long busy on one core between ``DataLoader(...)`` and ``iter()``
 (the model being built, as in a real script); "cold" is then measured from ``iter()``.
+``--script`` runs each measurement as a script file instead of ``python -c``: spawn and
+forkserver workers (conveyor's zygote) then import that script as a real training script's
+workers would (its imports run again there).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -36,29 +40,36 @@ CHILD = textwrap.dedent(
         kwargs["worker_type"] = "thread"
     elif {context!r}:
         kwargs["multiprocessing_context"] = {context!r}
-    dataset = FatRange(1024, {fat_mb})
-    start = time.perf_counter()
-    loader = module.DataLoader(dataset, persistent_workers={persistent}, **kwargs)
-    if {build_s}:
-        busy_until = time.perf_counter() + {build_s}
-        while time.perf_counter() < busy_until:  # building the model: one core busy
+    if __name__ == "__main__":  # spawn workers (and conveyor's zygote) import a script
+        dataset = FatRange(1024, {fat_mb})
+        start = time.perf_counter()
+        loader = module.DataLoader(dataset, persistent_workers={persistent}, **kwargs)
+        if {build_s}:
+            busy_until = time.perf_counter() + {build_s}
+            while time.perf_counter() < busy_until:  # building the model: one core busy
+                pass
+            start = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        first = time.perf_counter() - start
+        for _ in it:
             pass
         start = time.perf_counter()
-    it = iter(loader)
-    next(it)
-    first = time.perf_counter() - start
-    for _ in it:
-        pass
-    start = time.perf_counter()
-    next(iter(loader))
-    second = time.perf_counter() - start
-    print(first, second)
+        next(iter(loader))
+        second = time.perf_counter() - start
+        print(first, second)
     """
 )
 
 
 def _measure(
-    ours: bool, context: str, workers: int, fat_mb: int, persistent: bool, build_s: float = 0.0
+    ours: bool,
+    context: str,
+    workers: int,
+    fat_mb: int,
+    persistent: bool,
+    build_s: float = 0.0,
+    script: bool = False,
 ) -> tuple[float, float]:
     code = CHILD.format(
         build_s=build_s,
@@ -69,9 +80,15 @@ def _measure(
         workers=workers,
         fat_mb=fat_mb,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
-    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-c", code]
+        if script:
+            path = Path(tmp) / "train.py"
+            path.write_text(code)
+            command = [sys.executable, str(path)]
+        out = subprocess.run(
+            command, capture_output=True, text=True, timeout=600, check=True
+        ).stdout
     first, second = out.split()
     return float(first), float(second)
 
@@ -88,6 +105,9 @@ def main() -> None:
         type=float,
         default=0.0,
         help="seconds of busy work between DataLoader(...) and iter() (cold counts from iter)",
+    )
+    parser.add_argument(
+        "--script", action="store_true", help="run each measurement as a script file"
     )
     parser.add_argument(
         "--no-persistent",
@@ -117,6 +137,7 @@ def main() -> None:
                     args.fat_mb,
                     not args.no_persistent,
                     args.build_s,
+                    args.script,
                 )
             )
             return out[-1][0]
@@ -132,6 +153,7 @@ def main() -> None:
                     args.fat_mb,
                     not args.no_persistent,
                     args.build_s,
+                    args.script,
                 )
             )
             return out[-1][0]

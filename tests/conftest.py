@@ -12,6 +12,8 @@ from typing import Protocol
 import psutil
 import pytest
 
+from slow_test_notice import pytest_runtest_call  # noqa: F401  # a hook: "still running"
+
 SHM_DIR = "/dev/shm"
 # Threads that the interpreter or libraries start once per process and keep on purpose.
 _LONG_LIVED_THREAD_PREFIXES = ("pydevd", "Thread-resource_sharer", "QueueFeederThread")

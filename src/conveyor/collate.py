@@ -136,6 +136,9 @@ def default_convert(data: Any) -> Any:
     """Same as ``torch.utils.data.default_convert``: NumPy arrays and scalars become tensors.
 
     Containers are rebuilt with the same type where torch does so (plain tuples become lists).
+
+    Args:
+        data: one sample (or structure of them) to convert.
     """
     data_type = type(data)
     if isinstance(data, torch.Tensor):
@@ -321,5 +324,10 @@ def _registry() -> CollateFnMap:
 
 
 def default_collate(batch: Sequence[Any]) -> Any:
-    """Same as ``torch.utils.data.default_collate``; see the module docstring for differences."""
+    """Same as ``torch.utils.data.default_collate``; see the module docstring for differences.
+
+    Args:
+        batch: the samples of one batch (tensors, NumPy arrays and scalars, numbers, strings,
+            mappings, named tuples and sequences of them).
+    """
     return collate(batch, collate_fn_map=_registry())

@@ -95,32 +95,73 @@ class _Option(Generic[V]):
 class DataLoader(TorchDataLoader[T_co]):
     """Same as `torch.utils.data.DataLoader`, and a subclass of it (none of its code runs).
 
-    Differences (additions only):
-        worker_type: ``"process"`` (default, torch's behaviour) or ``"thread"`` — workers
-            run as threads of this process: no start-up cost, no transfer, best for I/O
-            and GIL-releasing work. Same semantics otherwise. ``worker_method`` is an alias
-            (it also takes torch's ``"multiprocessing"`` for processes).
-            ``"ray"``: workers are Ray actors on the process's Ray cluster (``ray.init()``
-            if none; ``pip install conveyor[ray]``), batches through Ray's object store;
-            a lost actor or node costs no sample (docs/scaling-out.md).
-        ray_remote_args: ``worker_type="ray"``: keyword arguments for the actors'
-            ``.options()`` (``num_cpus``, ``resources``, ``scheduling_strategy``).
-        max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
-            (default 0: a lost worker's tasks go to the survivors).
+    Iterating it yields batches of ``dataset``: indices from the sampler (map-style) or items
+    from the stream (iterable-style, DataPipe graphs included), collated, optionally pinned,
+    loaded in this process (``num_workers=0``) or by worker processes, threads or Ray
+    actors. A worker that dies raises at once with its id, pid and signal instead of
+    hanging. ``state_dict()`` / ``load_state_dict()`` checkpoint it anywhere in an epoch;
+    ``stats()`` tells whether it is the bottleneck.
+
+    Args:
+        dataset: a map-style dataset (``__getitem__``, ``__len__``), an iterable-style one
+            (``__iter__``), or a DataPipe graph, conveyor's or torch's own (seeded,
+            shuffled and sharded across ranks x workers as torch's loader does).
+        batch_size: samples per batch; None turns automatic batching off (each sample is
+            converted with ``collate_fn``, default `default_convert`).
+        shuffle: reshuffle map-style indices every epoch; for a DataPipe graph, switch its
+            shuffle nodes on or off (None leaves them as built). Iterable-style datasets
+            take only None or False.
+        sampler: the indices to load (a `Sampler` or any iterable); excludes ``shuffle``.
+        batch_sampler: lists of indices, one per batch; excludes ``batch_size``,
+            ``shuffle``, ``sampler`` and ``drop_last``.
+        num_workers: worker processes (or threads, actors) loading batches; 0 loads in this
+            process.
+        collate_fn: merges a list of samples into a batch (default `default_collate`).
+        pin_memory: copy batches into pinned memory (in a background thread) before
+            returning them; warns once and carries on without an accelerator.
+        drop_last: drop the last, incomplete batch (per worker for iterable-style datasets).
+        timeout: seconds to wait for a batch from the workers before raising (0: forever).
+        worker_init_fn: called with the worker id in each worker after seeding, before
+            loading.
+        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context;
+            spawn and forkserver workers are forked from one zygote per loader, which
+            imports torch when the loader is built and your script at the first ``iter()``.
+        generator: the `torch.Generator` that draws the random sampler's order, the
+            workers' base seed and a DataPipe graph's shuffle seed.
+        prefetch_factor: batches each worker works ahead (default 2 with workers; 0 keeps
+            one in flight instead of hanging).
+        persistent_workers: keep the workers (and their dataset replicas) between epochs.
+        pin_memory_device: deprecated in torch, which pins for the current accelerator; a
+            device of another type means no pinning (with torch's warning).
+        in_order: yield batches in sampler order; False yields whichever is ready first.
+        worker_type: ``"process"`` (default, torch's behaviour), ``"thread"`` (threads of
+            this process: no start-up cost and no transfer, for I/O and GIL-releasing work)
+            or ``"ray"`` (Ray actors on the process's Ray cluster, ``ray.init()`` if none;
+            the ``ray`` extra; a lost actor or node costs no sample: docs/scaling-out.md).
+        worker_method: alias of ``worker_type``; also takes torch's ``"multiprocessing"``.
         fullsync: under torch.distributed, every rank ends the epoch as soon as one rank
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
             longer ranks are dropped.
-        profile_stages: DataPipe graphs: time every stage in the workers (a few hundred
-            ns per item and stage: ~0.4 us measured); ``stats().stages`` and ``summary()`` name
-            the slowest stage.
-        on_error: ``"raise"`` (torch's behaviour) or ``"skip"``: a sample whose
-            ``__getitem__`` raises is left out of its batch and counted (map-style only);
-            ``max_skipped`` bad samples per epoch at most, then loading stops with an
-            error; each epoch that skipped any ends with a `BadSampleWarning` naming them.
         snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
             step is exact here (see ``state_dict``), so it changes nothing.
-        A worker that dies raises at once with its id, pid and signal instead of hanging.
+        on_error: ``"raise"`` (torch's behaviour) or ``"skip"``: a sample whose
+            ``__getitem__`` raises is left out of its batch and counted (map-style only);
+            each epoch that skipped any ends with a `BadSampleWarning` naming them.
+        max_skipped: with ``on_error="skip"``, bad samples per epoch at most; past it,
+            loading stops with an error.
+        profile_stages: DataPipe graphs: time every stage in the workers (~0.4 us per item
+            and stage); ``stats().stages`` and ``summary()`` name the slowest stage.
+        ray_remote_args: ``worker_type="ray"``: keyword arguments for the actors'
+            ``.options()`` (``num_cpus``, ``resources``, ``scheduling_strategy``: the
+            actors are spread over the nodes, ``"SPREAD"``, unless it says otherwise).
+        max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
+            while the cluster has room (default None: up to ``num_workers``; 0: a lost
+            worker's tasks go to the survivors).
+
+    Raises:
+        ValueError: for arguments that exclude each other or are out of range, naming the
+            argument and what to change (torch's messages where torch has one).
     """
 
     dataset = _Option[Dataset[T_co]]("data")

@@ -55,7 +55,7 @@ class Dataset(TorchDataset[T_co]):
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
 
     def __add__(self, other: TorchDataset[T_co]) -> ConcatDataset[T_co]:
-        return ConcatDataset([self, other])
+        return ConcatDataset([self, other])  # type: ignore[list-item]  # torch's datasets too
 
 
 class IterableDataset(Dataset[T_co], TorchIterableDataset[T_co]):
@@ -69,7 +69,7 @@ class IterableDataset(Dataset[T_co], TorchIterableDataset[T_co]):
         raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")
 
     def __add__(self, other: TorchDataset[T_co]) -> ChainDataset[T_co]:  # type: ignore[override]
-        return ChainDataset([self, other])
+        return ChainDataset([self, other])  # type: ignore[list-item]  # torch's datasets too
 
 
 def _len(dataset: object) -> int:
@@ -90,6 +90,10 @@ class TensorDataset(Dataset[tuple[Tensor, ...]], TorchTensorDataset):
     """Samples are rows of tensors. Same as `torch.utils.data.TensorDataset`.
 
     Difference: calling it with no tensors raises `ValueError` (torch: `IndexError`).
+
+    Args:
+        *tensors: tensors with the same first dimension; sample ``i`` is the tuple of their
+            rows ``i``.
     """
 
     tensors: tuple[Tensor, ...]
@@ -114,6 +118,10 @@ class StackDataset(Dataset[Any], TorchStackDataset[Any]):
 
     ``StackDataset(a, b)[i] == (a[i], b[i])`` and ``StackDataset(x=a, y=b)[i] ==
     {"x": a[i], "y": b[i]}``. ``__getitems__`` uses each member's own ``__getitems__``.
+
+    Args:
+        *args: datasets whose samples form tuples.
+        **kwargs: named datasets whose samples form dicts (not with ``args``).
     """
 
     datasets: tuple[Any, ...] | dict[str, Any]
@@ -163,6 +171,10 @@ class ConcatDataset(Dataset[T_co], TorchConcatDataset[T_co]):
     """Datasets one after another. Same as `torch.utils.data.ConcatDataset`.
 
     Difference: an index past the end raises `IndexError` with a message naming the length.
+
+    Args:
+        datasets: the datasets to concatenate, in order (map-style, conveyor's or torch's;
+            an iterable-style one raises).
     """
 
     datasets: list[TorchDataset[T_co]]
@@ -173,7 +185,7 @@ class ConcatDataset(Dataset[T_co], TorchConcatDataset[T_co]):
         """Running totals of the members' lengths (the end offset of each member)."""
         return list(itertools.accumulate(_len(member) for member in sequence))
 
-    def __init__(self, datasets: Iterable[TorchDataset[T_co]]) -> None:
+    def __init__(self, datasets: Iterable[Dataset[T_co]]) -> None:
         self.datasets = list(datasets)
         if not self.datasets:
             raise AssertionError("datasets should not be an empty iterable")
@@ -214,9 +226,12 @@ class ChainDataset(IterableDataset[T_co], TorchChainDataset):
 
     Members are checked lazily, as in torch: a map-style member raises `AssertionError`
     when iteration or ``len()`` reaches it.
+
+    Args:
+        datasets: the iterable-style datasets to read, in order (conveyor's or torch's).
     """
 
-    def __init__(self, datasets: Iterable[TorchDataset[T_co]]) -> None:
+    def __init__(self, datasets: Iterable[Dataset[T_co]]) -> None:
         self.datasets: Iterable[TorchDataset[T_co]] = datasets
 
     def __iter__(self) -> Iterator[T_co]:
@@ -239,6 +254,10 @@ class Subset(Dataset[T_co], TorchSubset[T_co]):
     ``__getitems__`` forwards the mapped indices to ``dataset.__getitems__`` when present.
     Difference: a subclass that overrides only ``__getitem__`` works (its ``__getitem__``
     is used for batches too) where torch raises `NotImplementedError`.
+
+    Args:
+        dataset: the whole dataset.
+        indices: the positions of ``dataset`` this subset holds, in its order.
     """
 
     dataset: Dataset[T_co]
@@ -290,6 +309,11 @@ def random_split(
     ``lengths`` are sizes, or fractions summing to 1. The permutation is
     ``torch.randperm(len(dataset), generator=generator)``, so a seeded generator gives the
     same splits as torch.
+
+    Args:
+        dataset: the dataset to split.
+        lengths: the subsets' sizes, or fractions of ``len(dataset)`` summing to 1.
+        generator: the `torch.Generator` of the permutation (default: the global one).
     """
     total = _len(dataset)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:

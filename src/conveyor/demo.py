@@ -1,7 +1,10 @@
 """The README's main job: write an image dataset as tar shards, stream it, train on it.
 
-1. Writes ``--samples`` synthetic JPEG images (colour-coded by class) with their labels
-   into WebDataset-style tar shards in a temporary directory (`ShardWriter`).
+1. Writes ``--samples`` synthetic JPEG images with their labels into WebDataset-style tar
+   shards in a temporary directory (`ShardWriter`). The class is the quadrant that holds a
+   light square on a noisy background of random colour: enough to learn over a few epochs
+   (loss ~1.0 after the first, ~0.1 after the third), not so little that one epoch learns
+   it all.
 2. Streams them with ``conveyor.DataLoader(num_workers=2)`` through `TarShards`: shard and
    buffer shuffling, JPEG decode, random crop, batching; every worker reads whole shards.
 3. Trains a tiny CNN for a few epochs and prints loss, accuracy and loader throughput,
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -30,16 +34,21 @@ from conveyor.datapipes.iter.shards import TarShards
 from conveyor.formats import ShardWriter
 
 CLASSES = 4
-_PALETTE = np.array([[200, 40, 40], [40, 200, 40], [40, 40, 200], [200, 200, 40]])
 
 
 def _jpeg(label: int, side: int, rng: np.random.Generator) -> bytes:
+    """A noisy background of random colour with a lighter square (side / 5) somewhere in
+    quadrant ``label`` (0: top left, 1: top right, 2: bottom left, 3: bottom right)."""
     from PIL import Image
 
-    noise = rng.integers(-60, 60, (side, side, 3))
-    pixels = np.clip(_PALETTE[label] + noise, 0, 255).astype(np.uint8)
+    background = rng.integers(0, 160, 3)
+    pixels = np.clip(background + rng.integers(-60, 60, (side, side, 3)), 0, 255)
+    half, square = side // 2, max(1, side // 5)
+    top = (label // 2) * half + int(rng.integers(0, max(1, half - square)))
+    left = (label % 2) * half + int(rng.integers(0, max(1, half - square)))
+    pixels[top : top + square, left : left + square] = rng.integers(120, 256, 3)
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    Image.fromarray(pixels.astype(np.uint8)).save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
 
 
@@ -134,16 +143,38 @@ def require_pillow() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conveyor.demo", description=DESCRIPTION)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        return run(parser.parse_args(argv))
+    except (ValueError, ImportError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """`ValueError` naming the option, before any work (not a traceback from a worker)."""
+    at_least = {"samples": 1, "side": 8, "crop": 1, "per_shard": 1, "batch_size": 1}
+    at_least |= {"num_workers": 0, "epochs": 0}
+    for name, low in at_least.items():
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least {low}")
+    if args.crop > args.side:
+        raise ValueError(
+            f"--crop {args.crop} is larger than the images (--side {args.side}): "
+            "the random crop must fit inside them"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo with parsed options (`add_arguments`); returns the exit status 0."""
+    """Run the demo with parsed options (`add_arguments`); returns the exit status 0.
+
+    Raises `ValueError` for options it cannot run with, `ImportError` without Pillow."""
+    check_arguments(args)
     require_pillow()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the workers use the other cores
     with tempfile.TemporaryDirectory(prefix="conveyor-demo-") as directory:
         start = time.perf_counter()
+        print(f"conveyor demo: writing {args.samples} JPEGs into tar shards ...", flush=True)
         shards = write_dataset(directory, args.samples, args.side, args.per_shard)
         print(
             f"conveyor demo: wrote {args.samples} JPEGs ({args.side}x{args.side}) into "

@@ -51,6 +51,14 @@ class DistributedSampler(Sampler[T_co], TorchDistributedSampler[T_co]):
     `set_epoch` before each epoch to reshuffle. The index list is built when ``iter()`` is
     called. Difference: with neither the arguments nor an initialised process group, raises
     `ProcessGroupNotInitializedError` (a `RuntimeError` and a `ValueError`).
+
+    Args:
+        dataset: the dataset to split (only its ``len()`` is used).
+        num_replicas: ranks sharing the dataset (default: the world size of torch.distributed).
+        rank: this rank (default: torch.distributed's).
+        shuffle: shuffle the indices, differently every epoch (see `set_epoch`).
+        seed: the shuffle's seed; the same on every rank.
+        drop_last: drop the tail that does not split evenly instead of padding it.
     """
 
     dataset: Sized  # type: ignore[assignment]  # torch says Dataset; any sized object works

@@ -65,6 +65,16 @@ class GlobalShuffleSampler(Sampler[int]):
     the global position reached (ranks are assumed to advance in step, as DDP ranks do);
     `load_state_dict` makes the next iteration start there, in O(1), with any number of
     ranks.
+
+    Args:
+        num_samples: the size of the index space, ``range(num_samples)``.
+        seed: the key of the order; the same on every rank.
+        num_replicas: ranks sharing the order (default: torch.distributed's world size, else 1).
+        rank: this rank (default: torch.distributed's, else 0).
+        drop_last: leave out the last ``num_samples % num_replicas`` positions instead of
+            padding with repeats.
+        block_size: visit blocks of this many consecutive indices one at a time (locality for
+            shard readers); None shuffles the whole space.
     """
 
     def __init__(

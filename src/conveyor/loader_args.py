@@ -16,6 +16,7 @@ import torch
 from conveyor.collate import default_collate, default_convert
 from conveyor.engine.options import DataOptions
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from conveyor.torch_compat import TorchIterDataPipe
 
 if TYPE_CHECKING:
     from conveyor.datapipes.base import IterDataPipe
@@ -24,8 +25,12 @@ __all__ = ["InfiniteConstantSampler", "is_datapipe", "resolve_sampling"]
 
 
 def is_datapipe(dataset: Any) -> TypeGuard[IterDataPipe[Any]]:
-    """Whether ``dataset`` is a conveyor DataPipe graph, without importing the DataPipes:
-    until their module is imported no object can be one (`import conveyor` time, S4)."""
+    """Whether ``dataset`` is an iterable DataPipe graph the loader seeds, shuffles and
+    shards: conveyor's, or torch's own (``torch.utils.data.datapipes``, torchdata's), as
+    torch's DataLoader treats its DataPipes. Checked without importing conveyor's
+    DataPipes: until their module is imported no object can be one (S4)."""
+    if isinstance(dataset, TorchIterDataPipe):
+        return True
     base = sys.modules.get("conveyor.datapipes.base")
     return base is not None and isinstance(dataset, base.IterDataPipe)
 

@@ -65,7 +65,11 @@ class Sampler(TorchSampler[T_co]):
 
 
 class SequentialSampler(Sampler[int], TorchSequentialSampler):
-    """``0, 1, ..., len(data_source) - 1``. Same as `torch.utils.data.SequentialSampler`."""
+    """``0, 1, ..., len(data_source) - 1``. Same as `torch.utils.data.SequentialSampler`.
+
+    Args:
+        data_source: the dataset to index (only its ``len()`` is used).
+    """
 
     data_source: Sized
 
@@ -107,6 +111,13 @@ class RandomSampler(_ChunkedSampler, TorchRandomSampler):
     With ``generator=None`` each epoch seeds its own generator from the global RNG.
     Difference: an empty ``data_source`` with an explicit ``num_samples`` raises
     `ValueError` on iteration (torch: `ZeroDivisionError` or `RuntimeError`).
+
+    Args:
+        data_source: the dataset to sample (only its ``len()`` is used).
+        replacement: draw with replacement.
+        num_samples: indices per epoch (default ``len(data_source)``).
+        generator: the `torch.Generator` to draw from (default: one seeded from the global RNG
+            each epoch).
     """
 
     data_source: Sized
@@ -165,7 +176,12 @@ class RandomSampler(_ChunkedSampler, TorchRandomSampler):
 
 
 class SubsetRandomSampler(_ChunkedSampler, TorchSubsetRandomSampler):
-    """``indices`` in random order. Same as `torch.utils.data.SubsetRandomSampler`."""
+    """``indices`` in random order. Same as `torch.utils.data.SubsetRandomSampler`.
+
+    Args:
+        indices: the indices to shuffle.
+        generator: the `torch.Generator` to draw from (default: the global RNG).
+    """
 
     indices: Sequence[int]
 
@@ -187,6 +203,12 @@ class WeightedRandomSampler(_ChunkedSampler, TorchWeightedRandomSampler):
     Same as `torch.utils.data.WeightedRandomSampler`. Difference: weights that
     `torch.multinomial` would reject on the first ``next()`` (negative, NaN or infinite,
     all zero, too few non-zero without replacement) raise `ValueError` at construction.
+
+    Args:
+        weights: one weight per index (need not sum to 1).
+        num_samples: indices per epoch.
+        replacement: draw with replacement (without: each index at most once).
+        generator: the `torch.Generator` to draw from (default: the global RNG).
     """
 
     weights: torch.Tensor
@@ -247,6 +269,11 @@ class BatchSampler(Sampler[list[int]], TorchBatchSampler):
 
     ``sampler`` may be any iterable of indices; the built-in random samplers and
     `DistributedSampler` take a fast path that slices their index lists into batches.
+
+    Args:
+        sampler: the indices to group (any iterable of indices).
+        batch_size: indices per batch.
+        drop_last: drop the last batch when it has fewer than ``batch_size`` indices.
     """
 
     def __init__(

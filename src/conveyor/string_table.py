@@ -25,6 +25,9 @@ class StringTable(Sequence[Any]):
     ``items`` are all ``str`` or all ``bytes``; indexing returns the same type. Memory:
     the encoded characters plus 4 bytes per item (8 past 4 GiB of characters),
     shared between forked workers.
+
+    Args:
+        items: the strings (all ``str`` or all ``bytes``).
     """
 
     __slots__ = ("_as_bytes", "_buffer", "_offsets")

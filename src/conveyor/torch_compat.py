@@ -8,7 +8,9 @@ loader or loads data; ``tests/unit/test_torch_identity.py`` checks both with a t
 
 The DataPipe bases are deliberately *not* torch's: torch's ``IterDataPipe`` and
 ``MapDataPipe`` carry a metaclass that wraps ``__iter__`` and hooks ``__getattr__``, which
-would run torch's machinery on every pull (see the README's differences).
+would run torch's machinery on every pull (see the README's differences). torch's DataPipe
+classes are named here only to recognise a user's torch DataPipe graph, which conveyor's
+loader then seeds, shuffles and shards itself (``conveyor.datapipes.graph``).
 
 Apart from the classes, this module reads two torch globals and writes two: the collate
 registry users extend (``torch.utils.data._utils.collate.default_collate_fn_map``), the
@@ -38,6 +40,9 @@ from torch.utils.data import Subset as TorchSubset
 from torch.utils.data import SubsetRandomSampler as TorchSubsetRandomSampler
 from torch.utils.data import TensorDataset as TorchTensorDataset
 from torch.utils.data import WeightedRandomSampler as TorchWeightedRandomSampler
+from torch.utils.data.datapipes.datapipe import DataChunk as TorchDataChunk
+from torch.utils.data.datapipes.datapipe import IterDataPipe as TorchIterDataPipe
+from torch.utils.data.datapipes.datapipe import MapDataPipe as TorchMapDataPipe
 from torch.utils.data.distributed import DistributedSampler as TorchDistributedSampler
 
 __all__ = [
@@ -45,10 +50,13 @@ __all__ = [
     "TorchBatchSampler",
     "TorchChainDataset",
     "TorchConcatDataset",
+    "TorchDataChunk",
     "TorchDataLoader",
     "TorchDataset",
     "TorchDistributedSampler",
+    "TorchIterDataPipe",
     "TorchIterableDataset",
+    "TorchMapDataPipe",
     "TorchRandomSampler",
     "TorchSampler",
     "TorchSequentialSampler",
@@ -58,6 +66,7 @@ __all__ = [
     "TorchTensorDataset",
     "TorchWeightedRandomSampler",
     "is_iterable_style",
+    "is_torch_datapipe",
     "publish_worker_info",
     "route_thread_worker_info",
     "torch_worker_info",
@@ -87,6 +96,11 @@ class DatasetKind:
 def is_iterable_style(dataset: object) -> bool:
     """True for iterable-style datasets: conveyor's and torch's (DataPipes included)."""
     return isinstance(dataset, TorchIterableDataset)
+
+
+def is_torch_datapipe(obj: object) -> bool:
+    """True for a DataPipe of torch's (or torchdata's, which subclass torch's)."""
+    return isinstance(obj, TorchIterDataPipe | TorchMapDataPipe)
 
 
 def torch_worker_info() -> Any:

@@ -276,8 +276,8 @@ def test_api_reference_documents_every_public_name(built_site: Path) -> None:
         module: ModuleType = importlib.import_module(module_name)
         assert f"{module_name}" in documented, f"no reference page renders {module_name}"
         for name in module.__all__:
-            if f"{module_name}.{name}" in documented:
-                continue
+            if name.startswith("_") or f"{module_name}.{name}" in documented:
+                continue  # private names (torch's _DatasetKind) stay out on purpose
             if id(getattr(module, name)) not in documented_objects:
                 missing.append(f"{module_name}.{name}")
     assert not missing, f"public names missing from the API reference: {missing}"
@@ -298,3 +298,134 @@ def test_every_page_is_in_the_navigation(built_site: Path) -> None:
     listed = set(pages(config["nav"]))
     on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
     assert on_disk == listed, f"not in nav: {on_disk - listed}; missing: {listed - on_disk}"
+
+
+def _reference_text(site: Path) -> str:
+    pages = sorted((site / "reference").rglob("index.html"))
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
+
+
+def _section_of(html_text: str, anchor: str) -> str:
+    """The HTML of one documented object, from its heading to the next object's."""
+    start = html_text.index(f'id="{anchor}"')
+    end = html_text.find('class="doc doc-heading"', start + len(anchor) + 10)
+    return html_text[start : end if end > 0 else None]
+
+
+def test_the_reference_shows_no_private_names(built_site: Path) -> None:
+    """torch's private names conveyor exports (``_DatasetKind``) and the private aliases of
+    torch's base classes (``TorchDataLoader[T_co]``) stay out of the API reference."""
+    text = re.sub(r"<[^>]+>", "", _reference_text(built_site))
+    assert "_DatasetKind" not in text
+    assert not re.search(r"\bTorch[A-Z]\w+\[", text) and "TorchDataLoader" not in text
+
+
+def test_the_dataloader_reads_like_torchs_reference(built_site: Path) -> None:
+    """A signature one argument a line (not one 954-character line) and an argument list
+    naming every argument."""
+    import inspect
+
+    import conveyor
+
+    html = (built_site / "reference" / "conveyor" / "index.html").read_text(encoding="utf-8")
+    section = _section_of(html, "conveyor.DataLoader")
+    signature = re.sub(r"<[^>]+>", "", re.findall(r"<pre>.*?</pre>", section, re.S)[0])
+    assert max(len(line) for line in signature.splitlines()) <= 90
+    text = re.sub(r"<[^>]+>", "", section)
+    assert "Parameters:" in text
+    listed = text.split("Parameters:", 1)[1]
+    for name in inspect.signature(conveyor.DataLoader).parameters:
+        assert re.search(rf"^\s*{name}\s*$", listed, re.M), f"{name} is not in the list"
+
+
+def _public_callables() -> list[tuple[str, Any]]:
+    import conveyor
+
+    found = []
+    for name in conveyor.__all__:
+        obj = getattr(conveyor, name)
+        if not name.startswith("_") and callable(obj) and not isinstance(obj, ModuleType):
+            found.append((name, obj))
+    return found
+
+
+@pytest.mark.parametrize(("name", "obj"), _public_callables(), ids=lambda v: str(v)[:40])
+def test_every_public_callable_lists_its_arguments(name: str, obj: Any) -> None:
+    import inspect
+
+    try:
+        parameters = [
+            p.name
+            for p in inspect.signature(obj).parameters.values()
+            if p.name != "self" and p.kind is not p.VAR_KEYWORD
+        ]
+    except (TypeError, ValueError):
+        return
+    if not parameters:
+        return
+    doc = inspect.getdoc(obj) or ""
+    section = re.search(r"^(Args|Attributes):\n((?:    .*\n?|\n)+)", doc, re.M)
+    assert section is not None, f"{name}: no Args section"
+    for parameter in parameters:
+        assert re.search(rf"^    \*?{parameter}:", section.group(2), re.M), (
+            f"{name}: {parameter} missing from its Args"
+        )
+
+
+def test_the_docs_extra_can_format_signatures() -> None:
+    """mkdocstrings formats long signatures only with Black or Ruff installed: the docs
+    extra brings one (without it, DataLoader's signature was one 954-character line)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    docs = " ".join(extras["optional-dependencies"]["docs"])
+    assert re.search(r"\b(ruff|black)\b", docs), docs
+
+
+def test_the_home_page_links_the_migration_guides_and_shows_the_install(built_site: Path) -> None:
+    home = (built_site / "index.html").read_text(encoding="utf-8")
+    assert 'href="migrating/torch/"' in home and 'href="migrating/torchdata/"' in home
+    text = re.sub(r"<[^>]+>", "", home)
+    assert "pip install torch==2.13.0" in text and "-c /path/to/conveyor/constraints.txt" in text
+
+
+SPEED_PAGES = [
+    ROOT / "README.md",
+    DOCS / "index.md",
+    DOCS / "getting-started.md",
+    DOCS / "cli.md",
+    DOCS / "scaling-out.md",
+    DOCS / "long-runs.md",
+    *sorted((DOCS / "guide").glob("*.md")),
+    *sorted((DOCS / "migrating").glob("*.md")),
+]
+_RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?)x(?=\W)")
+
+
+def _headline_table() -> str:
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    start = text.index("## Headline figures")
+    return text[start : text.index("\n## ", start + 3)]
+
+
+@pytest.mark.parametrize("page", SPEED_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_speed_figures_are_quoted_from_the_benchmarks_headline_table(page: Path) -> None:
+    """One source of truth: every "N-Mx" ratio in the README and the guides is one of
+    docs/benchmarks.md's headline figures (S1 was "5-8x" here, 9.2-10.2x there)."""
+    headline = _headline_table()
+    quoted = set(_RATIO.findall(page.read_text(encoding="utf-8")))
+    assert not {figure for figure in quoted if f"{figure}x" not in headline}
+
+
+def test_the_quick_bench_table_keeps_torch_and_advantage_in_view(built_site: Path) -> None:
+    """The `conveyor bench --quick` result was a 101-column code block: its torch and
+    advantage columns were off screen. It is an HTML table now (whose cells wrap), and no
+    code block on the page holds a result table with those columns."""
+    html = (built_site / "benchmarks" / "index.html").read_text(encoding="utf-8")
+    for block in re.findall(r"<pre>(.*?)</pre>", html, re.S):
+        assert "advantage" not in re.sub(r"<[^>]+>", "", block)
+    tables = re.findall(r"<table>(.*?)</table>", html, re.S)
+    quick = next(t for t in tables if "S1 tensors bs64 nw2" in t)
+    header = re.findall(r"<th[^>]*>(.*?)</th>", quick)
+    assert [h.strip() for h in header] == ["scenario", "unit", "conveyor", "torch", "advantage"]
+    assert quick.count("<tr>") >= 17 and "3.40x" in quick

@@ -6,6 +6,13 @@ every Python call whose code lives under ``torch/utils/data`` — in the main pr
 every thread started meanwhile (thread workers), and in worker processes (inherited across
 fork, and installed again by ``worker_init_fn`` for other start methods). Worker processes
 report by appending to a file, so a worker's calls are seen even after its last batch.
+
+A user's *torch* DataPipe graph is the user's dataset: iterating it runs its pipes' own
+code (``torch/utils/data/datapipes/``), as a user Dataset's ``__getitem__`` would. The graph
+walk, the shuffle switch, the seeds and the sharding are conveyor's own: with such a graph
+no call may land anywhere else in ``torch.utils.data`` (its loader, ``graph``,
+``graph_settings``, ``_utils``), and the pipes' methods conveyor calls are only
+``set_shuffle``, ``set_seed`` and ``apply_sharding`` (see the last test).
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ class _SplitStream(conveyor.IterableDataset[torch.Tensor]):
         return (torch.tensor([i, i * i]) for i in range(start, 24, step))
 
 
-def _epoch(dataset: Any, worker_type: str, record: str) -> list[int]:
+def _epoch(dataset: Any, worker_type: str, record: str, shuffle: bool | None = None) -> list[int]:
     recorder = _Recorder(record)
     # torch's own DataLoader (used as the oracle by other tests in this process) leaves a
     # process-wide SIGCHLD handler behind, which would run when conveyor's workers exit; a
@@ -73,7 +80,8 @@ def _epoch(dataset: Any, worker_type: str, record: str) -> list[int]:
     threading.setprofile(recorder)
     sys.setprofile(recorder)
     try:
-        shuffle = None if isinstance(dataset, conveyor.IterableDataset) else True
+        if not isinstance(dataset, torch.utils.data.IterableDataset):
+            shuffle = True
         loader = conveyor.DataLoader(
             dataset,
             batch_size=4,
@@ -136,3 +144,32 @@ def test_the_recorder_sees_torchs_loader(tmp_path: Path) -> None:
     finally:
         sys.setprofile(None)
     assert "dataloader.py" in record.read_text()
+
+
+def _torch_graph() -> Any:
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    return IterableWrapper(range(24)).shuffle().sharding_filter().map(_pair)
+
+
+def _pair(i: int) -> torch.Tensor:
+    return torch.tensor([i, i * i])
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_a_torch_datapipe_graph_runs_only_its_own_pipes_code(
+    tmp_path: Path, worker_type: str
+) -> None:
+    record = tmp_path / "torch-calls.txt"
+    record.touch()
+    seen = _epoch(_torch_graph(), worker_type, str(record), shuffle=True)
+    assert sorted(seen) == list(range(24))  # sharded across the workers: once each
+    calls = record.read_text().splitlines()
+    datapipes_dir = TORCH_DATA_DIR + "datapipes" + os.sep
+    outside = [line for line in calls if not line.split()[1].startswith(datapipes_dir)]
+    assert outside == [], "torch.utils.data code outside the user's DataPipes ran:\n" + "\n".join(
+        outside
+    )
+    called = {line.rsplit(" ", 1)[1] for line in calls}
+    assert {"set_shuffle", "set_seed", "apply_sharding", "__iter__"} <= called
+    assert not called & {"traverse_dps", "apply_random_seed", "get_all_graph_pipes"}

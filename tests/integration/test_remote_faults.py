@@ -147,14 +147,16 @@ def test_a_connection_lost_mid_body_continues_at_the_offset_reached(
     assert ranges[2] in (4096, 5096) and ranges[3] in (ranges[2], ranges[2] + 1000)
 
 
-def test_connection_refused_is_not_a_missing_file() -> None:
+def test_connection_refused_is_not_a_missing_file_and_fails_at_once() -> None:
+    """Nothing listens there: no retries (the defaults waited ~20 s to say so)."""
     sock, url = refusing_url()
     with sock:
-        error, elapsed = failure_of([f"{url}/shards/part-000.tar"])
+        error, elapsed = failure_of([f"{url}/shards/part-000.tar"], remote=RemoteOptions())
     cause = error.__cause__
     assert isinstance(cause, RemoteReadError) and not isinstance(cause, FileNotFoundError)
-    assert "connection refused" in str(error) and cause.attempts == 3
-    assert elapsed <= FAST.backoff_s * 3 + SLACK_S
+    assert "connection refused" in str(error) and cause.attempts == 1
+    assert "nothing is listening" in str(error)
+    assert elapsed <= SLACK_S
 
 
 def test_a_real_404_is_still_a_missing_file_and_not_retried(faulty: FaultyServer) -> None:
@@ -279,3 +281,19 @@ def test_s3_restarted_mid_epoch_continues_at_the_offset(weed: Weed, shard_set: S
     assert keys == shard_set.keys  # the epoch is complete, in order, exactly once
     with open_url(urls[1], options, remote=PATIENT) as reader, open(shard_set.paths[1], "rb") as f:
         assert reader.read() == f.read()
+
+
+def test_a_host_that_answered_is_retried_when_it_refuses(
+    faulty: FaultyServer, shard_set: ShardSet
+) -> None:
+    """A refusal from a host that answered before is a restarting server: retried."""
+    urls = [faulty.url + shard_path(shard_set, i) for i in range(2)]
+    pipe = TarShards(urls, decode=None, block_size=2048, remote=FAST)
+    iterator = iter(pipe)
+    next(iterator)  # the host answered
+    faulty.stop_serving()
+    with pytest.raises(SampleError) as caught:
+        list(iterator)
+    cause = caught.value.__cause__
+    assert isinstance(cause, RemoteReadError) and "connection refused" in str(cause)
+    assert cause.attempts == FAST.retries + 1  # retried, as a restarting server

@@ -11,6 +11,7 @@ of conveyor's requirements itself.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -43,6 +44,19 @@ def run(*command: str | Path, cwd: Path | None = None) -> str:
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, f"{command}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
+
+
+def build_command(project: Path) -> list[str | Path]:
+    """``python -m build`` for ``project``; a clear error when the build module is missing
+    (else the failure is "No module named build" deep in a subprocess's output)."""
+    if importlib.util.find_spec("build") is None:
+        pytest.fail(
+            "this test builds the wheel with `python -m build`, and the `build` package is not "
+            f"installed in {sys.prefix}: pip install build==1.6.1 (conveyor's `test` extra "
+            "has it; `bash scripts/setup.sh` installs it)",
+            pytrace=False,
+        )
+    return [sys.executable, "-m", "build", "--no-isolation", "--outdir", project / "dist", project]
 
 
 def copy_project(target: Path) -> None:
@@ -107,7 +121,7 @@ def test_built_wheel_installs_and_runs_in_a_clean_venv(tmp_path: Path) -> None:
     clock = time.perf_counter()
     project = tmp_path / "project"
     copy_project(project)
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", project / "dist", project)
+    run(*build_command(project))
     wheels = list((project / "dist").glob("conveyor-*.whl"))
     assert [w.name for w in wheels] == [f"conveyor-{conveyor.__version__}-py3-none-any.whl"]
     assert list((project / "dist").glob("conveyor-*.tar.gz"))  # the wheel came from the sdist
@@ -126,3 +140,17 @@ def test_built_wheel_installs_and_runs_in_a_clean_venv(tmp_path: Path) -> None:
     listed = run(python, "-m", "pip", "list", "--format=freeze")
     assert f"conveyor=={conveyor.__version__}" in listed and "Pillow" not in listed
     print(f"wheel smoke test: {time.perf_counter() - clock:.1f} s")
+
+
+def test_a_missing_build_module_fails_with_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "build" else real_find_spec(name, *args),
+    )
+    with pytest.raises(pytest.fail.Exception, match=r"pip install build==") as failed:
+        build_command(tmp_path)
+    assert "`build` package is not installed" in str(failed.value)

@@ -249,3 +249,28 @@ def test_unbounded_fork_warns_like_torch() -> None:
             warnings.simplefilter("always")
             wrapper(range(3)).fork(2, buffer_size=-1)
         assert any(issubclass(w.category, UserWarning) for w in caught)
+
+
+@pytest.mark.parametrize("library", ["torch", "conveyor"])
+def test_a_pipe_handing_out_one_shared_iterator_continues_it_on_every_iter(library: str) -> None:
+    """torch's test_iterdatapipe_singleton_new_object: ``__iter__`` returns the same
+    iterator each time (over a whole pipeline here). A second ``iter()`` while the first is
+    alive continues it and invalidates the first; it is never silently empty."""
+    lib = tdi if library == "torch" else cdi
+    base = torch.utils.data.IterDataPipe if library == "torch" else cdi.IterDataPipe
+
+    class SharedIterator(base):  # type: ignore[misc, valid-type]
+        def __init__(self, iterable: Any) -> None:
+            self.iterable = iter(iterable)
+
+        def __iter__(self) -> Any:
+            return self.iterable
+
+    source = SharedIterator(lib.IterableWrapper(range(10)).map(identity).filter(is_even))
+    first = iter(source)
+    assert next(first) == 0
+    second = iter(source)
+    assert next(second) == 2
+    with pytest.raises(RuntimeError, match="This iterator has been invalidated"):
+        next(first)
+    assert list(second) == [4, 6, 8]

@@ -32,6 +32,7 @@ PAIRS = [
     (conveyor.WeightedRandomSampler, tud.WeightedRandomSampler),
     (conveyor.BatchSampler, tud.BatchSampler),
     (conveyor.DistributedSampler, tud_distributed.DistributedSampler),
+    (conveyor.DataChunk, tud.DataChunk),
     (conveyor.stateful_dataloader.StatefulDataLoader, tud.DataLoader),
     (stateful_sampler.RandomSampler, tud.RandomSampler),
     (stateful_sampler.BatchSampler, tud.BatchSampler),
@@ -166,3 +167,24 @@ def test_private_paths_frameworks_reach_into() -> None:
     shuffler._shuffle_enabled = False  # accelerate's dispatcher reads and sets it
     assert list(shuffler) == [0, 1, 2]
     assert conveyor.dataloader._DatasetKind.Iterable == tud.dataloader._DatasetKind.Iterable
+
+
+def test_the_readme_names_exactly_the_exports_that_do_not_subclass_torchs() -> None:
+    """The README's claim "every class torch.utils.data exports has a conveyor counterpart
+    that subclasses it", with its list of exceptions, checked against the packages."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    listed = re.search(r"<!-- not-subclassed -->(.*?)<!-- /not-subclassed -->", readme, re.S)
+    assert listed is not None
+    claimed = set(re.findall(r"`(\w+)`", listed.group(1)))
+    actual = set()
+    for name in tud.__all__:
+        theirs = getattr(tud, name)
+        if not inspect.isclass(theirs):
+            continue
+        ours = getattr(conveyor, name)
+        if not (inspect.isclass(ours) and issubclass(ours, theirs)):
+            actual.add(name)
+    assert claimed == actual

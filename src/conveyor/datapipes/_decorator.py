@@ -42,7 +42,12 @@ class guaranteed_datapipes_determinism:
 
 
 def non_deterministic(arg: Any) -> Any:
-    """Mark a DataPipe class as non-deterministic, always or when ``arg(*args)`` says so."""
+    """Mark a DataPipe class as non-deterministic, always or when ``arg(*args)`` says so.
+
+    Args:
+        arg: the DataPipe class, or a function of the constructor's arguments that says
+            whether an instance is non-deterministic.
+    """
     if isinstance(arg, type):
         return _guard(arg, lambda *args, **kwargs: True)
 
@@ -70,7 +75,11 @@ def _guard(cls: C, is_nondeterministic: Callable[..., bool]) -> C:
 
 
 def argument_validation(f: F) -> F:
-    """Check, on each call, that arguments hinted as DataPipes are DataPipes of that kind."""
+    """Check, on each call, that arguments hinted as DataPipes are DataPipes of that kind.
+
+    Args:
+        f: the function (usually a DataPipe's ``__init__``) whose arguments to check.
+    """
     signature = inspect.signature(f)
     hints = typing.get_type_hints(f)
 
@@ -113,7 +122,11 @@ class runtime_validation_disabled:
 
 
 def runtime_validation(f: F) -> F:
-    """Check each item an ``__iter__`` yields against its ``Iterator[...]`` return hint."""
+    """Check each item an ``__iter__`` yields against its ``Iterator[...]`` return hint.
+
+    Args:
+        f: the DataPipe's ``__iter__`` to check.
+    """
     if f.__name__ != "__iter__":
         raise TypeError(f"Can not decorate function {f.__name__} with 'runtime_validation'")
     returned = typing.get_type_hints(f).get("return")

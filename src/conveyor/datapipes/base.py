@@ -304,6 +304,9 @@ def functional_datapipe(name: str) -> Callable[[C], C]:
 
     ``@functional_datapipe("my_op")`` on an `IterDataPipe` (or `MapDataPipe`) subclass
     makes ``dp.my_op(*args)`` build ``MyOp(dp, *args)``.
+
+    Args:
+        name: the method name the DataPipe gets (``dp.name(...)``).
     """
 
     def register(cls: C) -> C:

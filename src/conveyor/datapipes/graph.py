@@ -6,6 +6,11 @@ the last pipe, as torch's ``traverse_dps`` returns it. Inputs are found with eac
 tuples, sets and dict values), not by pickling the graph as torch does, so lambdas and
 large wrapped lists cost nothing. A pipe reachable along several paths appears under each;
 cycles are cut.
+
+torch's own DataPipes (``torch.utils.data.datapipes``, torchdata's) are walked too, by their
+attributes in definition order (which is the order torch's pickle-based walk finds them in
+for torch's nodes), so that `conveyor.DataLoader` seeds, shuffles and shards a user's torch
+graph itself: no function of ``torch.utils.data`` runs, only the user's pipes' own methods.
 """
 
 from __future__ import annotations
@@ -14,8 +19,18 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from conveyor.datapipes.base import DataPipe, IterDataPipe, MapDataPipe
+from conveyor.datapipes.node import scan_inputs
+from conveyor.torch_compat import is_torch_datapipe
 
-__all__ = ["DataPipe", "DataPipeGraph", "iter_pipes", "list_dps", "traverse_dps"]
+__all__ = [
+    "DataPipe",
+    "DataPipeGraph",
+    "datapipe_inputs",
+    "is_any_datapipe",
+    "iter_pipes",
+    "list_dps",
+    "traverse_dps",
+]
 
 DataPipeGraph = dict[int, tuple[DataPipe, "DataPipeGraph"]]
 
@@ -25,8 +40,21 @@ def traverse_dps(datapipe: DataPipe) -> DataPipeGraph:
     return _walk(datapipe, frozenset())
 
 
+def is_any_datapipe(obj: object) -> bool:
+    """A DataPipe of conveyor's or of torch's (torchdata's subclass torch's)."""
+    return isinstance(obj, IterDataPipe | MapDataPipe) or is_torch_datapipe(obj)
+
+
+def datapipe_inputs(datapipe: Any) -> list[Any]:
+    """The pipes ``datapipe`` reads from: its own ``datapipe_inputs()`` for conveyor's
+    pipes; for torch's, the pipes among its attributes (``vars``: no torch code runs)."""
+    if isinstance(datapipe, IterDataPipe | MapDataPipe):
+        return datapipe.datapipe_inputs()
+    return scan_inputs(vars(datapipe))
+
+
 def _walk(datapipe: DataPipe, path: frozenset[int]) -> DataPipeGraph:
-    if not isinstance(datapipe, IterDataPipe | MapDataPipe):
+    if not is_any_datapipe(datapipe):
         raise RuntimeError(
             f"Expected `IterDataPipe` or `MapDataPipe`, but {type(datapipe)} is found"
         )
@@ -35,7 +63,7 @@ def _walk(datapipe: DataPipe, path: frozenset[int]) -> DataPipeGraph:
         return {}
     inner = path | {key}
     children: DataPipeGraph = {}
-    for child in datapipe.datapipe_inputs():
+    for child in datapipe_inputs(datapipe):
         children.update(_walk(child, inner))
     return {key: (datapipe, children)}
 
@@ -71,4 +99,4 @@ def iter_pipes(root: object) -> Iterator[Any]:
             continue
         seen.add(id(node))
         yield node
-        stack.extend(node.datapipe_inputs())
+        stack.extend(datapipe_inputs(node))

@@ -3,7 +3,8 @@
 Every worker of every rank receives the same graph and the same shared seed, so random
 nodes (shuffles) agree on one order; then sharding keeps the worker's part of it. The
 split follows torch: worker ``w`` of rank ``r`` gets shard ``w * world_size + r`` of
-``num_workers * world_size``.
+``num_workers * world_size``. torch's own DataPipe graphs are prepared the same way, so they
+load as torch's DataLoader loads them (same seeds, same shards), with conveyor's code.
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from typing import Any
 
 import torch
 
-from conveyor.datapipes.base import IterDataPipe, MapDataPipe
+from conveyor.datapipes.base import IterDataPipe
+from conveyor.datapipes.graph import is_any_datapipe
 from conveyor.datapipes.settings import apply_random_seed, apply_sharding, has_sharding
-
-
-def is_datapipe(dataset: object) -> bool:
-    return isinstance(dataset, (IterDataPipe, MapDataPipe))
 
 
 def warn_if_unsharded(datapipe: IterDataPipe[Any], consumers: int) -> None:
@@ -49,7 +47,7 @@ def prepare_graph(
     ``private_copy`` gives the consumer its own graph (thread workers share one process,
     and sharding mutates nodes). Module-level so that spawn can pickle it.
     """
-    if not is_datapipe(dataset):
+    if not is_any_datapipe(dataset):
         return dataset
     if private_copy:
         dataset = copy.deepcopy(dataset)

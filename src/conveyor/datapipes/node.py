@@ -30,7 +30,8 @@ torch; those are found by a ``__getattr__`` that exists only at run time.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from conveyor.datapipes.cursor import (
@@ -41,6 +42,13 @@ from conveyor.datapipes.cursor import (
 )
 from conveyor.dataset import Dataset, IterableDataset
 from conveyor.engine.channel import NotAvailable
+from conveyor.engine.worker_info import get_worker_info
+from conveyor.torch_compat import (
+    TorchDataChunk,
+    TorchIterDataPipe,
+    TorchMapDataPipe,
+    torch_worker_info,
+)
 
 __all__ = [
     "AnyNode",
@@ -49,6 +57,7 @@ __all__ = [
     "GeneratorCursor",
     "IterNode",
     "MapNode",
+    "scan_inputs",
 ]
 
 T = TypeVar("T")
@@ -58,11 +67,19 @@ _RUNTIME_ATTRS = ("_cursor", "_pending", "_parked", "_iterator_id")
 _WAIT_SLICE_S = 1.0  # re-poll at least this often, in case a producer died without ringing
 
 
-class DataChunk(list[T]):
-    """A batch: a list, as yielded by ``batch`` and ``groupby`` (same as torch's DataChunk)."""
+class DataChunk(TorchDataChunk[T]):
+    """A batch: a list, as yielded by ``batch`` and ``groupby``. Same as torch's DataChunk,
+    and a subclass of it (every method overridden: none of torch's code runs).
 
-    @property
-    def items(self) -> list[T]:
+    Args:
+        items: the items of the batch.
+    """
+
+    def __init__(self, items: Iterable[T] = ()) -> None:
+        list.__init__(self, items)
+
+    @property  # torch keeps a copy in an attribute: read-only here, always current
+    def items(self) -> list[T]:  # type: ignore[override]
         """The batch's elements (torch compatibility)."""
         return list(self)
 
@@ -70,9 +87,12 @@ class DataChunk(list[T]):
         """The batch rendered as ``[a, b, c]`` with a leading indent."""
         return indent + "[" + ", ".join(str(i) for i in self) + "]"
 
+    def __iter__(self) -> Iterator[T]:
+        return list.__iter__(self)
+
     def raw_iterator(self) -> Iterator[T]:
         """Iterate the elements."""
-        yield from self
+        return list.__iter__(self)
 
 
 class _Registry:
@@ -143,6 +163,13 @@ class IterNode(IterableDataset[T_co], _Registry):
 
     # ----- iteration ------------------------------------------------------------------
     def __iter__(self) -> Iterator[T_co]:
+        torch_info = torch_worker_info()
+        if torch_info is not None and torch_info.dataset is self and get_worker_info() is None:
+            # a worker of torch's own DataLoader iterates this graph: seed and shard it
+            # (imported here: only then is it needed)
+            from conveyor.datapipes.torch_loader import prepare_for_torch_worker
+
+            prepare_for_torch_worker(self, torch_info)
         if self._pending is None:
             self._restart(None)
         else:
@@ -229,7 +256,7 @@ class IterNode(IterableDataset[T_co], _Registry):
 
     def datapipe_inputs(self) -> list[Any]:
         """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+        return scan_inputs(vars(self))
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -270,7 +297,7 @@ class MapNode(Dataset[T_co], _Registry):
 
     def datapipe_inputs(self) -> list[Any]:
         """The pipes this one reads from (default: found among its attributes)."""
-        return _scan_inputs(vars(self))
+        return scan_inputs(vars(self))
 
 
 AnyNode = IterNode[Any] | MapNode[Any]
@@ -301,9 +328,12 @@ class GeneratorCursor(Cursor[T_co]):
         return {"version": 1, "yielded": self._yielded}
 
     def close(self) -> None:
-        close = getattr(self._it, "close", None)
-        if callable(close):
-            close()
+        # A generator was made for this pass alone: closing it runs its ``finally``
+        # blocks now. Any other iterator ``__iter__`` returned may be one the pipe keeps
+        # and hands out again (torch's test_iterdatapipe_singleton_new_object): closing
+        # it would leave the next pass silently empty; it closes itself when dropped.
+        if isinstance(self._it, types.GeneratorType):
+            self._it.close()
 
 
 class _NextCaller(Iterator[T_co]):
@@ -380,12 +410,17 @@ def _lookup(owner: type, registry: dict[str, Callable[..., Any]], obj: Any, name
     return bound
 
 
-def _scan_inputs(attributes: Mapping[str, Any]) -> list[Any]:
-    found: list[AnyNode] = []
+_PIPE_TYPES = (IterNode, MapNode, TorchIterDataPipe, TorchMapDataPipe)
+
+
+def scan_inputs(attributes: Mapping[str, Any]) -> list[Any]:
+    """The DataPipes (conveyor's or torch's) held in ``attributes``, directly or in lists,
+    tuples, sets and dict values, each once, in attribute order."""
+    found: list[Any] = []
     seen: set[int] = set()
 
     def visit(value: object, depth: int) -> None:
-        if isinstance(value, IterNode | MapNode):
+        if isinstance(value, _PIPE_TYPES):
             if id(value) not in seen:
                 seen.add(id(value))
                 found.append(value)

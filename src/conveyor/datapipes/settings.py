@@ -3,17 +3,24 @@
 The loader calls these before iterating: ``apply_sharding`` tells every sharding node its
 shard, ``apply_shuffle_settings`` turns shuffling on or off, ``apply_random_seed`` gives
 every random node (anything with ``set_seed``) a seed drawn from a generator.
+
+They work on torch's DataPipes too (a user's ``torch.utils.data.datapipes`` graph given to
+`conveyor.DataLoader`): the walk is conveyor's, and the only torch code that runs is the
+user's pipes' own ``apply_sharding`` / ``set_shuffle`` / ``set_seed`` methods. Methods are
+looked up on the class, never through torch's ``IterDataPipe.__getattr__`` hook.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 import warnings
 from typing import TYPE_CHECKING
 
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.datapipes.graph import DataPipe, DataPipeGraph, list_dps, traverse_dps
 from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES
+from conveyor.torch_compat import TorchIterDataPipe
 
 if TYPE_CHECKING:
     import torch
@@ -25,6 +32,7 @@ __all__ = [
     "apply_shuffle_settings",
     "get_all_graph_pipes",
     "has_sharding",
+    "sharding_nodes",
 ]
 
 
@@ -34,7 +42,10 @@ def get_all_graph_pipes(graph: DataPipeGraph) -> list[DataPipe]:
 
 
 def _has_method(datapipe: object, name: str) -> bool:
-    return inspect.ismethod(getattr(datapipe, name, None))
+    """``datapipe.name`` would be a bound method (torch's test), found without calling any
+    ``__getattr__`` hook: a plain function of its class, or a method stored on it."""
+    found = inspect.getattr_static(datapipe, name, None)
+    return isinstance(found, types.FunctionType | types.MethodType)
 
 
 def _is_sharding_datapipe(datapipe: DataPipe) -> bool:
@@ -42,9 +53,14 @@ def _is_sharding_datapipe(datapipe: DataPipe) -> bool:
     return shardable or _has_method(datapipe, "apply_sharding")
 
 
+def sharding_nodes(pipes: list[DataPipe]) -> list[DataPipe]:
+    """The pipes among ``pipes`` that take a shard (``apply_sharding``)."""
+    return [dp for dp in pipes if _is_sharding_datapipe(dp)]
+
+
 def has_sharding(datapipe: DataPipe) -> bool:
     """Whether any node of the graph takes a shard (otherwise every consumer reads it all)."""
-    return any(_is_sharding_datapipe(dp) for dp in list_dps(traverse_dps(datapipe)))
+    return bool(sharding_nodes(list_dps(traverse_dps(datapipe))))
 
 
 def apply_sharding(
@@ -96,7 +112,7 @@ def apply_shuffle_settings(datapipe: DataPipe, shuffle: bool | None = None) -> D
         return datapipe
     shufflers = [dp for dp in list_dps(traverse_dps(datapipe)) if _is_shuffle_datapipe(dp)]
     if not shufflers and shuffle:
-        if not isinstance(datapipe, IterDataPipe):
+        if not isinstance(datapipe, IterDataPipe | TorchIterDataPipe):
             raise TypeError("shuffle=True needs an IterDataPipe (or a shuffle node in the graph)")
         warnings.warn(
             "`shuffle=True` was set, but the datapipe does not contain a `Shuffler`. Adding "

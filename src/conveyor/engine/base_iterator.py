@@ -97,6 +97,11 @@ class LoaderIterator:
             # torch draws this even without workers; drawing it here keeps the
             # generator's stream, and so every shuffle, identical to torch's.
             self._base_seed = draw_base_seed(generator)
+            if self._shared_seed is not None and self._options.workers.num_workers > 0:
+                # torch's multi-worker iterator draws a DataPipe graph's shared seed once
+                # more as it starts (its first `_reset`), and no worker uses that one:
+                # drawn here too, so every later epoch's seeds are torch's.
+                draw_base_seed(generator)
         elif resume is not None:
             self._base_seed = int(resume.state["base_seed"])
         self._skip: set[int] = set()

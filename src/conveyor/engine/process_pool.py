@@ -37,7 +37,7 @@ from conveyor.engine.messages import (
     task_to_wire,
 )
 from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
+from conveyor.engine.shutdown import stop_processes, worker_death_message
 from conveyor.engine.worker_handle import WorkerHandle
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
@@ -332,13 +332,7 @@ class ProcessPool:
             return
         self._alive[worker_id] = False
         self._unwatch(worker_id)
-        raise WorkerDiedError(
-            torch_first_sentence(process.pid, process.exitcode)
-            + f"DataLoader worker {worker_id} (pid {process.pid}) exited unexpectedly: "
-            f"it {describe_exit(process.exitcode)}. If it was killed for memory (signal 9), "
-            "lower batch_size or num_workers; a segfault (signal 11) points at a native "
-            "library in the dataset code."
-        )
+        raise WorkerDiedError(worker_death_message(worker_id, process.pid, process.exitcode))
 
     def close(self) -> None:
         """Stop every worker: ask politely, then terminate, then kill. Idempotent."""

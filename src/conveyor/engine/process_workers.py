@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import sys
 import warnings
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any
@@ -102,10 +103,11 @@ class ProcessWorkers:
 
     def warm_up(self, options: WorkerOptions) -> None:
         """spawn/forkserver: start the zygote now, so that its interpreter imports torch
-        while the user builds the model; the first ``iter()`` then only sends the set-up.
-        A failure here (e.g. a spawn child re-importing an unguarded main module) is left
-        for ``iter()`` to raise, where torch would."""
-        if options.num_workers == 0:
+        while the user builds the model; the first ``iter()`` then sends the set-up (and
+        the zygote imports the user's main module then). Not inside a zygote that is
+        importing the main module (a loader built at a script's top level: torch starts
+        nothing there either). A failure here is left for ``iter()`` to raise."""
+        if options.num_workers == 0 or _zygote_importing_main():
             return
         with contextlib.suppress(Exception):
             self._zygote_for(options.context)
@@ -125,6 +127,11 @@ class ProcessWorkers:
         return self._zygote
 
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
+        if _zygote_importing_main():
+            from conveyor.engine.zygote import UNGUARDED_MAIN, UnguardedMainError
+
+            main = getattr(sys.modules.get("__mp_main__"), "__file__", "the main module")
+            raise UnguardedMainError(UNGUARDED_MAIN.format(main=main))
         context = setup.workers.context
         pool = ProcessPool(setup, context, zygote=self._zygote_for(context))
         if pin is None:
@@ -146,3 +153,10 @@ class ProcessWorkers:
 
     def publish(self, info: WorkerInfo) -> None:
         install_process_worker_info(info)
+
+
+def _zygote_importing_main() -> bool:
+    """Whether this process is a zygote running the user's main module (the zygote module
+    is loaded in every zygote; elsewhere it need not be imported to say no)."""
+    zygote = sys.modules.get("conveyor.engine.zygote")
+    return zygote is not None and bool(zygote.importing_main())

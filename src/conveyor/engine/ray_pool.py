@@ -7,9 +7,11 @@ process waits on all outstanding calls at once (``ray.wait``).
 
 A lost actor (killed, crashed, its node gone) costs no sample: its unanswered calls are
 sent again, to a replacement actor with the same worker id while ``max_worker_restarts``
-lasts (a stream's replacement first replays the batches its predecessor already
-answered), else, for map-style datasets, to the surviving actors. The pool raises
-`WorkerDiedError`, naming the lost workers and nodes, only when no actor can take them.
+lasts and the cluster has room for one (a stream's replacement first replays the batches
+its predecessor already answered), else, for map-style datasets, to the surviving actors.
+The pool raises `WorkerDiedError`, naming the lost workers and nodes, only when no actor
+can take them. Actors are spread over the nodes unless ``ray_remote_args`` chooses a
+``scheduling_strategy`` (engine/ray_workers.py), so that one lost node takes few.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ class RayPool:
         self._setup = setup
         self._setup_ref: Any = ray.put(setup)
         self._actor_class: Any = ray.remote(WorkerActor).options(**remote_args)
+        self._demand = _actor_demand(remote_args)
+        self._no_room = False
         self._restarts_left = max_restarts
         self._streams = setup.fetch.iterable_style
         num_workers = setup.workers.num_workers
@@ -201,7 +205,7 @@ class RayPool:
         self._lost.append(f"worker {lost.worker_id} on node {lost.node_id} ({reason})")
         calls = list(lost.calls.values())
         served = sorted({call.worker_id for call in calls} | self._served_by(lost))
-        if self._restarts_left > 0:
+        if self._restarts_left > 0 and self._cluster_has_room():
             self._restarts_left -= 1
             self._restart(lost, served, calls)
             return
@@ -234,13 +238,27 @@ class RayPool:
                 self._call(actor, call.worker_id, call.message)
                 self.resent += 1
 
+    def _cluster_has_room(self) -> bool:
+        """Whether the cluster has the resources of one more actor free now (a replacement
+        it cannot place would wait forever). Ray's cluster-wide sums: a demand split over
+        two nodes' remainders would pass, which whole-CPU demands never are."""
+        available: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+        room = all(available.get(name, 0.0) >= amount for name, amount in self._demand.items())
+        self._no_room = self._no_room or not room
+        return room
+
     def _served_by(self, actor: _Actor) -> set[int]:
         return {worker_id for worker_id, a in enumerate(self._serving) if a is actor}
 
     def _lost_message(self) -> str:
+        why = (
+            "the cluster had no room for a replacement"
+            if self._no_room
+            else ("max_worker_restarts spent")
+        )
         return (
             f"DataLoader's ray workers were lost and no worker is left to take their tasks "
-            f"(max_worker_restarts spent; a stream's worker cannot move): {'; '.join(self._lost)}"
+            f"({why}; a stream's worker cannot move to another): {'; '.join(self._lost)}"
         )
 
     # -------------------------------------------------------------- lifecycle
@@ -284,3 +302,16 @@ class RayPool:
         self._history = [[] for _ in self._history]
         self._setup_ref = None
         self._actor_class = None
+
+
+def _actor_demand(remote_args: dict[str, Any]) -> dict[str, float]:
+    """The resources one actor asks Ray for (an actor needs 1 CPU to be placed unless
+    ``num_cpus`` says otherwise)."""
+    demand = {"CPU": float(remote_args.get("num_cpus", 1))}
+    if remote_args.get("num_gpus"):
+        demand["GPU"] = float(remote_args["num_gpus"])
+    if remote_args.get("memory"):
+        demand["memory"] = float(remote_args["memory"])
+    for name, amount in (remote_args.get("resources") or {}).items():
+        demand[str(name)] = float(amount)
+    return {name: amount for name, amount in demand.items() if amount > 0}

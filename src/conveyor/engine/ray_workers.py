@@ -20,7 +20,7 @@ from conveyor.engine.seeding import seed_process_rngs
 from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
 from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
 
-__all__ = ["RayWorkers", "check_ray_installed"]
+__all__ = ["RayWorkers", "actor_options", "check_ray_installed"]
 
 _MISSING_RAY = (
     "worker_type='ray' needs Ray, which is not installed: pip install conveyor[ray] "
@@ -46,14 +46,25 @@ def _checked_remote_args(remote_args: Mapping[str, Any] | None) -> dict[str, Any
     return dict(remote_args)
 
 
-def _checked_restarts(max_worker_restarts: int) -> int:
+def _checked_restarts(max_worker_restarts: int | None) -> int | None:
     restarts = max_worker_restarts
+    if restarts is None:
+        return None
     if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
         raise ValueError(
-            "max_worker_restarts should be an int >= 0 (lost ray workers replaced per "
-            f"iterator), but got max_worker_restarts={restarts!r}"
+            "max_worker_restarts should be None (the default: up to num_workers) or an int "
+            ">= 0 (lost ray workers replaced per iterator), but got "
+            f"max_worker_restarts={restarts!r}"
         )
     return restarts
+
+
+def actor_options(remote_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The actors' ``.options()``: the user's, with Ray's ``"SPREAD"`` scheduling unless
+    they chose a strategy, so that a lost node takes as few workers with it as it can."""
+    options = dict(remote_args)
+    options.setdefault("scheduling_strategy", "SPREAD")
+    return options
 
 
 class RayWorkers:
@@ -62,21 +73,25 @@ class RayWorkers:
     Args:
         remote_args: keyword arguments for the actors' ``.options()`` (``num_cpus``,
             ``resources``, ``scheduling_strategy``, ...), as Ray Data's ``ray_remote_args``.
-        max_worker_restarts: lost actors replaced by new ones, per iterator; once spent,
-            a lost worker's tasks go to the surviving workers (map-style datasets).
+            Without a ``scheduling_strategy`` the actors are spread over the nodes
+            (``"SPREAD"``).
+        max_worker_restarts: lost actors replaced by new ones, per iterator, while the
+            cluster has room for one (default None: up to ``num_workers``); once spent, or
+            with no room, a lost worker's tasks go to the surviving workers (map-style
+            datasets) and a lost stream is an error.
     """
 
     name = "ray"
     private_copies = False
 
     def __init__(
-        self, remote_args: Mapping[str, Any] | None = None, max_worker_restarts: int = 0
+        self, remote_args: Mapping[str, Any] | None = None, max_worker_restarts: int | None = None
     ) -> None:
         self.remote_args = _checked_remote_args(remote_args)
         self.max_worker_restarts = _checked_restarts(max_worker_restarts)
         check_ray_installed()
 
-    def __reduce__(self) -> tuple[type[RayWorkers], tuple[dict[str, Any], int]]:
+    def __reduce__(self) -> tuple[type[RayWorkers], tuple[dict[str, Any], int | None]]:
         return (RayWorkers, (self.remote_args, self.max_worker_restarts))
 
     # ----- in the main process
@@ -92,7 +107,10 @@ class RayWorkers:
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
         from conveyor.engine.ray_pool import RayPool  # imports ray
 
-        pool = RayPool(setup, self.remote_args, self.max_worker_restarts)
+        restarts = self.max_worker_restarts
+        if restarts is None:
+            restarts = setup.workers.num_workers
+        pool = RayPool(setup, actor_options(self.remote_args), restarts)
         return pool, pin  # the iterator pins on the trainer as it hands batches out
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["describe_exit", "stop_processes", "torch_first_sentence"]
+__all__ = ["describe_exit", "stop_processes", "torch_first_sentence", "worker_death_message"]
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -26,6 +26,28 @@ def describe_exit(exitcode: int | None) -> str:
             name = f"signal {-exitcode}"
         return f"was killed by signal {-exitcode} ({name})"
     return f"exited with code {exitcode}"
+
+
+_SIGNAL_HINTS = {
+    9: "; the kernel's out-of-memory killer ends processes this way: lower batch_size, "
+    "prefetch_factor or num_workers",
+    11: "; a segfault points at a native library in the dataset code",
+    7: "; a bus error in a worker is usually /dev/shm running out",
+}
+
+
+def worker_death_message(worker_id: int, pid: int, exitcode: int) -> str:
+    """Why a worker is gone, each fact once: torch's first sentence for a signal (users and
+    tests match it), then the worker's id, the signal's number and name and what to try."""
+    if exitcode >= 0:
+        return (
+            f"DataLoader worker {worker_id} (pid {pid}) exited unexpectedly with code {exitcode}."
+        )
+    return (
+        f"{torch_first_sentence(pid, exitcode)}It was worker {worker_id}, ended by "
+        f"{describe_exit(exitcode).removeprefix('was killed by ')}"
+        f"{_SIGNAL_HINTS.get(-exitcode, '')}."
+    )
 
 
 def torch_first_sentence(pid: int, exitcode: int) -> str:

@@ -67,6 +67,14 @@ class WorkerInfo:
     generators private to this worker (see `WorkerRandom`), in process workers too;
     ``worker_type`` is the loader's (``"process"``, ``"thread"`` or ``"ray"``) and
     ``worker_method`` the same in torch's words (``"multiprocessing"`` for processes).
+
+    Attributes:
+        id: this worker's id, ``0 <= id < num_workers``.
+        num_workers: the loader's worker count.
+        seed: this worker's seed (``base_seed + id``), used for ``random``, torch and NumPy.
+        dataset: this worker's copy of the dataset (a DataPipe graph: prepared for the worker).
+        rng: generators private to this worker (`WorkerRandom`).
+        worker_type: ``"process"``, ``"thread"`` or ``"ray"``.
     """
 
     id: int

@@ -16,7 +16,7 @@ __all__ = ["WORKER_KINDS", "resolve_worker_type", "worker_kind"]
 
 
 def _ray_workers(
-    ray_remote_args: Mapping[str, Any] | None = None, max_worker_restarts: int = 0
+    ray_remote_args: Mapping[str, Any] | None = None, max_worker_restarts: int | None = None
 ) -> WorkerKind:
     # Loaded on first use: most loaders never run on Ray (ray itself is imported even
     # later, when the pool starts).
@@ -61,7 +61,7 @@ def worker_kind(
     """
     name = resolve_worker_type(name, None)
     if name == "ray":
-        return _ray_workers(ray_remote_args, max_worker_restarts or 0)
+        return _ray_workers(ray_remote_args, max_worker_restarts)
     for argument, value in (
         ("ray_remote_args", ray_remote_args),
         ("max_worker_restarts", max_worker_restarts),

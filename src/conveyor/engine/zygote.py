@@ -7,7 +7,15 @@ worker set-up once and forks the workers of each epoch. The zygote is single-thr
 and was started clean, so its forks are as safe as spawned processes (no inherited
 threads, locks or CUDA state from the main process).
 
-The zygote starts when the loader is built; before it forks an epoch's workers it takes
+The zygote is a fresh interpreter that conveyor starts itself (for spawn and forkserver
+alike) when the loader is built, so that it imports torch and conveyor while the user
+builds the model. It runs none of the user's code then: the main module (the user's
+script, needed to unpickle classes defined there) is imported only at the first ``iter()``,
+as spawn/forkserver workers started then would, through multiprocessing's own
+``spawn.prepare``. A script that starts loading at its top level, outside
+``if __name__ == "__main__":``, would start loading again there: the zygote refuses, and the
+main process raises a `RuntimeError` that names the guard (torch's workers die with
+Python's bootstrapping error instead). Before it forks an epoch's workers the zygote takes
 the main process's environment variables, ``sys.path`` and working directory as they are
 at that ``iter()``, as torch's workers, started then, would.
 
@@ -26,12 +34,13 @@ import hashlib
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import threading
 import traceback
 import weakref
 from collections.abc import Callable
-from multiprocessing import connection, reduction
+from multiprocessing import connection, reduction, spawn
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -42,6 +51,25 @@ from conveyor.engine.worker_kind import WorkerSetup
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
 _SETUP, _FORK, _ENVIRONMENT = "setup", "fork", "environment"
 _NO_SEEDS = EpochSeeds(0)  # the cached set-up is the same for every epoch's seeds
+_importing_main = False  # set in the zygote while it runs the user's main module
+
+UNGUARDED_MAIN = (
+    "this script starts DataLoader workers at its top level, and spawn/forkserver start-up "
+    "runs that top level again to import the script's code (here in conveyor's zygote, "
+    "while importing {main}): an attempt has been made to start a new process before the "
+    "current process has finished its bootstrapping phase. Put the code that iterates the "
+    'loader under `if __name__ == "__main__":` (see "Safe importing of main module" in '
+    "Python's multiprocessing documentation), or use multiprocessing_context='fork'."
+)
+
+
+def importing_main() -> bool:
+    """True in a zygote while it runs the user's main module: no worker may start then."""
+    return _importing_main
+
+
+class UnguardedMainError(RuntimeError):
+    """Raised in the zygote when the main module it imports starts loading."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +132,13 @@ class _Epoch:
             self.status.close()
 
 
+def zygote_boot(fd: int) -> None:
+    """The zygote interpreter's entry point: ``fd`` is its end of the control pipe."""
+    zygote_main(connection.Connection(fd))
+
+
 def zygote_main(control: connection.Connection) -> None:
-    """Entry point of the zygote process (started by the user's spawn/forkserver context).
+    """Entry point of the zygote process (a fresh interpreter started by `Zygote`).
 
     Importing this module imported torch and conveyor, so every fork inherits them. The
     zygote ends when the control pipe reaches EOF (the DataLoader closed it, or died).
@@ -117,7 +150,7 @@ def zygote_main(control: connection.Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(os.getppid())
     torch.set_num_threads(1)  # no intra-op thread pool may exist when we fork
-    setup: WorkerSetup | None = None
+    state = _ZygoteState()
     epochs: list[_Epoch] = []
     while True:
         live = {fd: e for e in epochs for fd in e.pidfds}
@@ -135,17 +168,64 @@ def zygote_main(control: connection.Connection) -> None:
             if message[0] == _ENVIRONMENT:
                 _adopt_environment(*message[1])
             elif message[0] == _SETUP:
-                setup = pickle.loads(message[1])
+                state.take_setup(message[1], message[2])
             elif message[0] == _FORK:
-                try:
-                    assert setup is not None
-                    epoch = _fork_epoch(control, setup, message[1], epochs)
-                except Exception:
-                    control.send(traceback.format_exc())
-                    continue
-                epochs.append(epoch)
-                control.send([pid for _, pid in epoch.pidfds.values()])
+                _answer_fork(control, state, message[1], epochs)
         epochs = [e for e in epochs if e.pidfds]
+
+
+class _ZygoteState:
+    """The zygote's cached worker set-up, or why it has none."""
+
+    def __init__(self) -> None:
+        self.setup: WorkerSetup | None = None
+        self.error: str | None = None
+        self.prepared = False
+
+    def take_setup(self, blob: bytes, preparation: dict[str, Any] | None) -> None:
+        """Import the main module first (once), then unpickle the set-up; keep any error."""
+        global _importing_main
+        try:
+            if preparation is not None and not self.prepared:
+                self.prepared = True
+                _importing_main = True
+                try:
+                    spawn.prepare(preparation)
+                finally:
+                    _importing_main = False
+            self.setup = pickle.loads(blob)
+            self.error = None
+        except UnguardedMainError as error:
+            self.setup, self.error = None, _with_script_lines(error, preparation or {})
+        except BaseException:
+            self.setup, self.error = None, traceback.format_exc()
+
+
+def _with_script_lines(error: BaseException, preparation: dict[str, Any]) -> str:
+    """The error's message and the lines of the user's script it came through."""
+    script = preparation.get("init_main_from_path")
+    frames = traceback.extract_tb(error.__traceback__)
+    lines = [frame for frame in frames if script is None or frame.filename == script]
+    return f"{error}\n\nwhere the script started it:\n{''.join(traceback.format_list(lines))}"
+
+
+def _answer_fork(
+    control: connection.Connection, state: _ZygoteState, request: bytes, epochs: list[_Epoch]
+) -> None:
+    """Fork an epoch's workers and send their pids, or send why not (a str)."""
+    if state.setup is None:
+        count, _ = pickle.loads(request)
+        for _ in range(count + 1):  # the status pipe and the workers' pipes: not needed
+            os.close(reduction.recv_handle(control))
+        control.send(state.error or "no worker set-up was received")
+        return
+    try:
+        epoch = _fork_epoch(control, state.setup, request, epochs)
+    except Exception:
+        control.send(traceback.format_exc())
+        return
+    epochs.append(epoch)
+    control.send([pid for _, pid in epoch.pidfds.values()])
 
 
 def _adopt_environment(environ: dict[str, str], path: list[str], cwd: str) -> None:
@@ -269,13 +349,24 @@ class Zygote:
         self._lock = threading.Lock()
         self._setup_digest = b""
         self._environment_digest = b""
+        self._preparation_sent = False
         self._control, child_end = context.Pipe(duplex=True)
-        self._process = context.Process(  # type: ignore[attr-defined]
-            target=zygote_main, args=(child_end,), name="conveyor-zygote", daemon=True
-        )
-        self._process.start()
-        child_end.close()
+        try:
+            self._process = _Interpreter(child_end.fileno())
+        finally:
+            child_end.close()
         self._finalizer = weakref.finalize(self, _stop_zygote, self._control, self._process)
+
+    def _preparation(self) -> dict[str, Any] | None:
+        """What a spawn child is told to set up (main module, ``sys.path``, cwd, ...):
+        sent with the first set-up only, so the zygote runs the user's script at the first
+        ``iter()``, never for a loader that is only built."""
+        if self._preparation_sent:
+            return None
+        self._preparation_sent = True
+        data: dict[str, Any] = spawn.get_preparation_data("conveyor-zygote")
+        data["authkey"] = bytes(data["authkey"])  # pickled only while spawning otherwise
+        return data
 
     def start_workers(
         self, setup: WorkerSetup, jobs: list[tuple[Callable[..., None], tuple[Any, ...]]]
@@ -311,7 +402,7 @@ class Zygote:
                 self._control.send((_ENVIRONMENT, environment))
                 self._environment_digest = environment_digest
             if digest != self._setup_digest:
-                self._control.send((_SETUP, blob))
+                self._control.send((_SETUP, blob, self._preparation()))
                 self._setup_digest = digest
             self._control.send((_FORK, request))
             reduction.send_handle(self._control, status_w.fileno(), pid)
@@ -320,12 +411,47 @@ class Zygote:
             pids = self._control.recv()
         status_w.close()
         if isinstance(pids, str):
-            raise RuntimeError(f"the DataLoader's zygote could not start workers:\n{pids}")
+            raise RuntimeError(f"the DataLoader's zygote could not start workers: {pids}")
         status = _StatusReader(status_r, len(jobs))
         return [ZygoteWorker(pid, i, status) for i, pid in enumerate(pids)]
 
     def close(self) -> None:
         self._finalizer()
+
+
+class _Interpreter:
+    """The zygote's interpreter, started directly (not through multiprocessing, whose spawn
+    and forkserver children run the user's main module before anything else), with the
+    parts of `multiprocessing.Process` that `stop_processes` uses."""
+
+    def __init__(self, control_fd: int) -> None:
+        command = spawn.get_command_line()  # the executable and interpreter flags spawn uses
+        prefix = command[: command.index("-c")] if "-c" in command else [spawn.get_executable()]
+        code = (
+            f"import sys; sys.path[:] = {sys.path!r}; "
+            f"from conveyor.engine.zygote import zygote_boot; zygote_boot({control_fd})"
+        )
+        self._popen = subprocess.Popen([*prefix, "-c", code], pass_fds=(control_fd,))
+        self.pid = self._popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self._popen.terminate()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self._popen.kill()
+
+    def close(self) -> None:
+        pass
 
 
 def _stop_zygote(control: connection.Connection, process: Any) -> None:

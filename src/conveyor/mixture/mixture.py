@@ -56,6 +56,13 @@ class Mixture(IterableDataset[Any]):
     starts a new run at position 0 with the weights in force (call `set_epoch` first to
     reshuffle the map-style sources), except the first after `load_state_dict`, which
     continues the checkpoint.
+
+    Args:
+        sources: names mapped to map-style datasets or streams.
+        weights: each source's share, by name or in the order of ``sources``.
+        seed: keys the map-style sources' permutations.
+        stop_on: ``"first_exhausted"``, ``"all_exhausted"`` or ``"never"`` (see above).
+        shuffle: read map-style sources in a fresh permutation every pass.
     """
 
     def __init__(

@@ -331,6 +331,9 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
     workers' progress is merged into one, which a loader with any ``num_workers``, worker
     type and world size loads on every rank. Map-style loaders need no merge (any rank's
     checkpoint resumes on another world size); their first checkpoint is returned.
+
+    Args:
+        states: every rank's ``loader.state_dict()``, taken at the same step.
     """
     if not states:
         raise ValueError("merge_checkpoints: no checkpoints given")

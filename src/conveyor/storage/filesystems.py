@@ -217,12 +217,15 @@ class RemoteFileSystem:
         run = RetryRun(self.options, url)
         while True:
             try:
-                return call()
+                result = call()
             except Exception as error:
                 failure = self._classify(error)
                 if not failure.retryable:
                     raise
                 run.failed(failure, None)
+            else:
+                run.reset()  # the host answered
+                return result
 
     def find(self, url: str, recursive: bool) -> list[str]:
         depth = None if recursive else 1

@@ -70,7 +70,7 @@ def classify_http(error: BaseException, options: RemoteOptions) -> Failure:
     if isinstance(error, aiohttp.ClientConnectorError):
         refused = isinstance(error.os_error, ConnectionRefusedError)
         reason = "connection refused" if refused else f"cannot connect: {error.os_error}"
-        return Failure(reason, retryable=True)
+        return Failure(reason, retryable=True, refused=refused)
     if isinstance(error, aiohttp.ClientPayloadError):
         return Failure(f"answer cut short: {error}", retryable=True)
     if isinstance(error, aiohttp.ClientError):

@@ -4,6 +4,10 @@ A backend (HTTP, S3) turns each exception or error status into a `Failure`; a `R
 follows one run of failures of one object and either waits out a backoff or raises the
 final error: `FileNotFoundError` for a real "not found" (404, NoSuchKey), else
 `RemoteReadError` with the HTTP status, the URL, the byte offset and the attempts made.
+
+A refused connection is retried only to a host that has answered in this process (a server
+restarting); refused at the first contact, nothing is listening there, and waiting out the
+retries (~20 s with the defaults) would only delay the error: it is raised at once.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from conveyor.storage.options import RemoteOptions
 
 __all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
 
 _failed_requests = 0
+_answered_hosts: set[str] = set()  # hosts that answered a request in this process
 
 
 def failed_requests() -> int:
@@ -63,13 +69,15 @@ class Failure:
 
     ``reason`` is short and says what happened (``"HTTP 500 Internal Server Error"``,
     ``"connection refused"``, ``"no data for 20 s"``); ``missing`` marks a real
-    "not found", which is final and becomes `FileNotFoundError`.
+    "not found", which is final and becomes `FileNotFoundError`; ``refused``, a connection
+    refused (retried only to a host that answered before).
     """
 
     reason: str
     retryable: bool
     status: int | None = None
     missing: bool = False
+    refused: bool = False
 
 
 def classify_builtin(error: BaseException, read_timeout_s: float) -> Failure | None:
@@ -79,7 +87,7 @@ def classify_builtin(error: BaseException, read_timeout_s: float) -> Failure | N
     if isinstance(error, TimeoutError):  # asyncio.TimeoutError is TimeoutError on 3.11
         return Failure(f"no data for {read_timeout_s:g} s (timed out)", retryable=True)
     if isinstance(error, ConnectionRefusedError):
-        return Failure("connection refused", retryable=True)
+        return Failure("connection refused", retryable=True, refused=True)
     if isinstance(error, ConnectionResetError):
         return Failure("connection reset by peer", retryable=True)
     if isinstance(error, ConnectionError | EOFError):
@@ -109,6 +117,7 @@ class RetryRun:
     ) -> None:
         self.options = options
         self.url = url
+        self._host = urlsplit(url).netloc
         self._clock = clock
         self._sleep = sleep
         self._random = random.Random()
@@ -119,6 +128,7 @@ class RetryRun:
     def reset(self) -> None:
         """A request succeeded: the next failure starts a new run."""
         self.failures = 0
+        _answered_hosts.add(self._host)
 
     def failed(self, failure: Failure, offset: int | None) -> None:
         """Wait before the next attempt, or raise the final error for ``failure``
@@ -139,6 +149,17 @@ class RetryRun:
         if failure.missing:
             raise FileNotFoundError(f"{where}: {failure.reason}")
         options = self.options
+        if failure.status is not None:
+            _answered_hosts.add(self._host)  # an HTTP status: the host is there
+        if failure.refused and self._host not in _answered_hosts:
+            raise RemoteReadError(
+                f"{failure.reason} reading {where}: nothing is listening at {self._host} "
+                "(a refused first connection is not retried; once the host has answered, "
+                "refusals are retried as a restarting server's)",
+                self.url,
+                None,
+                offset,
+            )
         if not failure.retryable:
             raise RemoteReadError(
                 f"{failure.reason} reading {where}", self.url, failure.status, offset

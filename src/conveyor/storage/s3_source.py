@@ -69,7 +69,8 @@ def classify_s3(error: BaseException, options: RemoteOptions) -> Failure:
         refused = "refused" in str(cause).lower() or isinstance(
             getattr(cause, "os_error", None), ConnectionRefusedError
         )
-        return Failure("connection refused" if refused else f"cannot connect: {error}", True)
+        reason = "connection refused" if refused else f"cannot connect: {error}"
+        return Failure(reason, retryable=True, refused=refused)
     if isinstance(error, exceptions.HTTPClientError | exceptions.IncompleteReadError):
         return Failure(f"connection lost: {error}", retryable=True)
     if isinstance(error, exceptions.BotoCoreError):  # credentials, parameters: final

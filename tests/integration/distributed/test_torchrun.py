@@ -98,3 +98,22 @@ def test_without_fullsync_uneven_shards_give_uneven_batches(tmp_path: Path) -> N
     counts = [r["batches"]["0"] for r in ranks]
     assert counts == [9, 8]
     assert sorted(ranks[0]["seen"]["0"] + ranks[1]["seen"]["0"]) == list(range(65))
+
+
+def test_torch_datapipes_load_on_two_ranks_as_torchs_loader_loads_them(tmp_path: Path) -> None:
+    """torch's own DataPipe graph: conveyor's loader gives each rank exactly what torch's
+    gives it (0 and 2 workers, two epochs); and a conveyor graph under torch's loader with
+    2 workers shards itself across workers and ranks: nothing twice, nothing lost."""
+    out = tmp_path / "seen.json"
+    torchrun("torch_datapipe_job.py", str(out), timeout_s=240)
+    ranks = json.loads(out.read_text())
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for workers in ("0", "2"):
+        for r in ranks:
+            assert r["runs"][f"conveyor-{workers}"] == r["runs"][f"torch-{workers}"]
+        for epoch in (0, 1):
+            union = [i for r in ranks for i in r["runs"][f"conveyor-{workers}"][epoch]]
+            assert sorted(union) == list(range(64))
+    for epoch in (0, 1):
+        union = [i for r in ranks for i in r["runs"]["conveyor-graph-in-torch-2"][epoch]]
+        assert sorted(union) == list(range(64))

@@ -155,3 +155,46 @@ def test_plot_panels_tell_batch_sizes_apart_in_the_table_units() -> None:
         ["S2 ints bs1 nw0", "S2 ints bs1 nw2"],
         ["S2 ints bs32 nw0", "S2 ints bs32 nw2"],
     ]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--samples", "0", "--samples must be at least 1"), ("--crop", "100", "larger than")],
+)
+def test_demo_options_it_cannot_run_with_end_in_one_line(
+    option: str, value: str, says: str
+) -> None:
+    """Checked before any work: one line on stderr, not tracebacks from the workers."""
+    done = run_entry_point("demo", option, value)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("conveyor demo: error:") and says in lines[0]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_the_demo_model_learns_without_knowing_it_all_after_one_epoch() -> None:
+    done = run_entry_point("demo", "--epochs", "3", "--num-workers", "0", timeout_s=300)
+    assert done.returncode == 0, done.stderr
+    losses = [
+        float(line.split("loss ")[1].split(",")[0])
+        for line in done.stdout.splitlines()
+        if line.startswith("epoch ")
+    ]
+    assert len(losses) == 3
+    assert losses[0] > 0.3  # the first epoch has not learnt it all
+    assert losses[2] < losses[0] * 0.6  # but it learns
+
+
+def test_version_answers_without_importing_torch_or_conveyor() -> None:
+    """`conveyor --version` took 1.3-4.7 s: importing conveyor imports torch."""
+    code = (
+        "import sys, conveyor_cli; conveyor_cli.main(['--version']); "
+        "print(sorted(m for m in ('torch', 'conveyor') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    version_line, imported = done.stdout.strip().splitlines()
+    assert version_line == run_entry_point("--version").stdout.strip()
+    assert version_line.startswith(f"conveyor {conveyor.__version__} (torch ")
+    assert imported == "[]"

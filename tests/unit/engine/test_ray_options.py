@@ -41,7 +41,7 @@ def test_missing_ray_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch
 def test_bad_ray_arguments_name_themselves() -> None:
     with pytest.raises(TypeError, match="ray_remote_args should be None or a dict"):
         conveyor.DataLoader(Range(4), num_workers=1, worker_type="ray", ray_remote_args=[1])
-    with pytest.raises(ValueError, match="max_worker_restarts should be an int >= 0"):
+    with pytest.raises(ValueError, match=r"max_worker_restarts should be None \(the default"):
         conveyor.DataLoader(Range(4), num_workers=1, worker_type="ray", max_worker_restarts=-1)
 
 
@@ -60,3 +60,14 @@ def test_ray_kind_is_chosen_and_pickles_with_its_settings() -> None:
 def test_import_conveyor_does_not_import_ray() -> None:
     code = "import sys, conveyor; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.skipif(not _has_ray(), reason="needs the ray extra")
+def test_defaults_spread_the_actors_and_replace_lost_ones() -> None:
+    """A lost node costs no sample with default arguments: the actors are spread over the
+    nodes, and up to num_workers lost ones are replaced (tests/ray_workers: a real cluster)."""
+    kind = conveyor.DataLoader(Range(4), num_workers=2, worker_type="ray")._options.workers.kind
+    assert isinstance(kind, RayWorkers) and kind.max_worker_restarts is None
+    assert ray_workers.actor_options({}) == {"scheduling_strategy": "SPREAD"}
+    chosen = {"scheduling_strategy": "DEFAULT", "num_cpus": 2}
+    assert ray_workers.actor_options(chosen) == chosen

@@ -214,9 +214,11 @@ class TarShards(IterDataPipe[dict[str, Any]]):
             tensors), a `DecoderRegistry`, or None for raw bytes.
         shuffle: shuffle shards per epoch and samples in a buffer of ``shuffle_buffer``
             (both toggled by ``set_shuffle`` / the DataLoader's ``shuffle``).
+        shuffle_buffer: samples in the shuffle buffer.
         seed: base seed for the shard order (see `ShardLister`).
         storage_options: fsspec options (e.g. ``{"endpoint_url": ...}`` for s3fs).
         cache: a `ShardCache` for remote shards (local shards are never copied).
+        block_size: bytes read per request from a shard.
         on_error: ``"raise"``, ``"skip"`` or an `ErrorPolicy`, shared by every stage and
             readable as ``errors``. ``"raise"`` delivers every complete sample read before
             the error (the shuffle buffer's too), then raises it; ``"skip"`` counts samples
