@@ -340,8 +340,9 @@ class ProcessPool:
             "library in the dataset code."
         )
 
-    def close(self) -> None:
-        """Stop every worker: ask politely, then terminate, then kill. Idempotent."""
+    def close(self, grace: bool = True) -> None:
+        """Stop every worker: ask politely (and wait, with ``grace``), then terminate, then
+        kill. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -350,7 +351,7 @@ class ProcessPool:
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
-        stop_processes(self._processes, JOIN_TIMEOUT_S)
+        stop_processes(self._processes, JOIN_TIMEOUT_S, grace)
         for conn in self._inboxes + self._outboxes:
             conn.close()
         for handle in self._handles:
