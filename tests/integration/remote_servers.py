@@ -85,6 +85,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
+        self.path = self.path.split("?", 1)[0]  # a presigned URL's query names no file
         self.log.append((self.command, self.path, self.headers.get("Range")))
         path = self.path
         if path.startswith("/fail/"):

@@ -229,7 +229,6 @@ def test_random_module_state_is_untouched_by_single_process_loading() -> None:
     assert random.random() == expected
 
 
-
 MISMATCHED_BATCHES = {
     "type": [torch.zeros(2), 1],
     "type-array": [torch.zeros(2), np.zeros(2)],

@@ -15,6 +15,7 @@ from conveyor.formats.grouping import split_name
 from conveyor.formats.reading import ShardSummary, summarize_shard
 from conveyor.formats.writer import ShardWriter
 from conveyor.storage import resolve_urls
+from conveyor.storage.redaction import redact_url
 
 __all__ = ["group_directory", "parse_size", "register"]
 
@@ -98,7 +99,7 @@ def run_write(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary: ShardSummary) -> None:
-    print(summary.url)
+    print(redact_url(summary.url))
     print(f"  samples {summary.samples}, members {summary.members}, {summary.data_bytes:,} bytes")
     for ext, count in sorted(summary.extension_counts.items()):
         size = summary.extension_bytes[ext]

@@ -22,6 +22,7 @@ from typing import Literal
 
 from conveyor.formats.loss_estimates import Loss, ShardHistory
 from conveyor.formats.skips import SkipRecord, skip_sink
+from conveyor.storage.redaction import redact_text, redact_url
 
 __all__ = [
     "BadSampleWarning",
@@ -47,7 +48,8 @@ class SampleError(RuntimeError):
         offset: int | None = None,
         loss: Loss | None = None,
     ):
-        where = [f"shard {url!r}" if url else "", f"sample {key!r}" if key else ""]
+        reason = redact_text(reason)  # it may quote a client library's error, URL and all
+        where = [f"shard {redact_url(url)!r}" if url else "", f"sample {key!r}" if key else ""]
         if offset is not None:
             where.append(f"offset {offset}")
         located = ", ".join(part for part in where if part)
@@ -157,7 +159,9 @@ class ErrorPolicy:
             raise error
         loss = self.loss_of(error)
         at = f" at byte {error.offset}" if error.offset is not None else ""
-        record = SkipRecord(error.url, error.reason + at, loss.samples, loss.keys, loss.estimated)
+        record = SkipRecord(
+            redact_url(error.url), error.reason + at, loss.samples, loss.keys, loss.estimated
+        )
         skip_sink().add(record)
         self.skipped += loss.samples
         self.estimated += loss.samples if loss.estimated else 0

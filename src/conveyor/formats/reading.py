@@ -16,6 +16,7 @@ from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.grouping import group_samples, split_name
 from conveyor.formats.tar import open_archive, read_members
 from conveyor.storage import open_url
+from conveyor.storage.redaction import redact_url
 
 __all__ = ["ShardSummary", "iter_members", "iter_samples", "summarize_shard"]
 
@@ -56,7 +57,7 @@ class ShardSummary:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "url": self.url,
+            "url": redact_url(self.url),
             "samples": self.samples,
             "members": self.members,
             "data_bytes": self.data_bytes,

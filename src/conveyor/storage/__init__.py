@@ -20,6 +20,7 @@ from conveyor.storage.filesystems import (
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.patterns import expand_braces, resolve_urls
 from conveyor.storage.ranged import RangedReader
+from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError, failed_requests
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "list_files",
     "open_url",
     "prepare_url",
+    "redact_text",
+    "redact_url",
     "release_connections",
     "resolve_urls",
     "scheme_of",

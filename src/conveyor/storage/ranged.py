@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conveyor.storage.options import RemoteOptions
+from conveyor.storage.redaction import redact_url
 from conveyor.storage.retry import Failure, RetryRun
 
 __all__ = ["FILL_BYTES", "Answer", "RangeSource", "RangedReader"]
@@ -143,7 +144,8 @@ class RangedReader(io.BufferedIOBase):
         while count > 0:
             data, error = self._source.read(self._answer, min(count, self._fill_bytes))
             if error is not None or not data:
-                raise error or OSError(f"{self.url}: answer ended before the requested range")
+                shown = redact_url(self.url)
+                raise error or OSError(f"{shown}: answer ended before the range asked for")
             count -= len(data)
 
     def _drop_answer(self) -> None:
@@ -246,7 +248,7 @@ class RangedReader(io.BufferedIOBase):
             if self.size is None:
                 self._fill(1)  # the first answer says the size
             if self.size is None:
-                raise OSError(f"{self.url}: size unknown, cannot seek from the end")
+                raise OSError(f"{redact_url(self.url)}: size unknown, cannot seek from the end")
             offset += self.size
         elif whence != io.SEEK_SET:
             raise ValueError(f"invalid whence {whence}")
@@ -277,7 +279,7 @@ class RangedReader(io.BufferedIOBase):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise ValueError(f"I/O operation on closed reader of {self.url}")
+            raise ValueError(f"I/O operation on closed reader of {redact_url(self.url)}")
 
     def close(self) -> None:
         if self.closed:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conveyor.storage.options import RemoteOptions
+from conveyor.storage.redaction import redact_text, redact_url
 
 __all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
 
@@ -135,19 +136,22 @@ class RetryRun:
             self._first_failure_at = now
         self.failures += 1
         self.total_failures += 1
-        where = self.url if offset is None else f"{self.url} at byte {offset}"
+        shown = redact_url(self.url)
+        where = shown if offset is None else f"{shown} at byte {offset}"
+        reason = redact_text(failure.reason)  # a client library's words may quote the URL
+        # ``from None``: the client's exception (being handled by the caller, maybe) would be
+        # printed with the traceback, and its words may quote the URL unredacted
         if failure.missing:
-            raise FileNotFoundError(f"{where}: {failure.reason}")
+            raise FileNotFoundError(f"{where}: {reason}") from None
         options = self.options
         if not failure.retryable:
-            raise RemoteReadError(
-                f"{failure.reason} reading {where}", self.url, failure.status, offset
-            )
+            final = RemoteReadError(f"{reason} reading {where}", self.url, failure.status, offset)
+            raise final from None
         delay = self._random.uniform(0.5, 1.0) * options.backoff_cap_s(self.failures - 1)
         spent = now - self._first_failure_at
         if self.failures > options.retries or spent + delay > options.retry_budget_s:
             raise RemoteReadError(
-                f"{failure.reason} reading {where}; gave up after {self.failures} failed "
+                f"{reason} reading {where}; gave up after {self.failures} failed "
                 f"attempt(s) in {spent:.1f} s (RemoteOptions(retries={options.retries}, "
                 f"retry_budget_s={options.retry_budget_s:g}, "
                 f"read_timeout_s={options.read_timeout_s:g}))",
@@ -155,5 +159,5 @@ class RetryRun:
                 failure.status,
                 offset,
                 self.failures,
-            )
+            ) from None
         return delay
