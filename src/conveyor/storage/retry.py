@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.redaction import redact_text, redact_url
 
-__all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
+__all__ = [
+    "Failure",
+    "ObjectChangedError",
+    "RemoteReadError",
+    "RetryRun",
+    "classify_failure",
+    "failed_requests",
+    "is_retryable_status",
+]
 
 _failed_requests = 0
 
@@ -53,6 +61,11 @@ class RemoteReadError(OSError):
         return (type(self), (self.message, self.url, self.status, self.offset, self.attempts))
 
 
+class ObjectChangedError(RemoteReadError):
+    """The object was replaced while it was read (another ETag, size or modification time,
+    or HTTP 412 to ``If-Match``): final, since its bytes so far belong to another version."""
+
+
 def is_retryable_status(status: int) -> bool:
     """5xx, 408 (request timeout) and 429 (too many requests) are worth another try."""
     return status >= 500 or status in (408, 429)
@@ -71,6 +84,15 @@ class Failure:
     retryable: bool
     status: int | None = None
     missing: bool = False
+    changed: bool = False
+
+
+def classify_failure(error: BaseException, classify: Callable[[BaseException], Failure]) -> Failure:
+    """``classify(error)`` (the backend's rules), except for `ObjectChangedError`, which a
+    reader raised itself on comparing an answer with the first one: final."""
+    if isinstance(error, ObjectChangedError):
+        return Failure(error.message, retryable=False, status=error.status, changed=True)
+    return classify(error)
 
 
 def classify_builtin(error: BaseException, read_timeout_s: float) -> Failure | None:
@@ -145,8 +167,8 @@ class RetryRun:
             raise FileNotFoundError(f"{where}: {reason}") from None
         options = self.options
         if not failure.retryable:
-            final = RemoteReadError(f"{reason} reading {where}", self.url, failure.status, offset)
-            raise final from None
+            final = ObjectChangedError if failure.changed else RemoteReadError
+            raise final(f"{reason} reading {where}", self.url, failure.status, offset) from None
         delay = self._random.uniform(0.5, 1.0) * options.backoff_cap_s(self.failures - 1)
         spent = now - self._first_failure_at
         if self.failures > options.retries or spent + delay > options.retry_budget_s:
