@@ -94,6 +94,8 @@ class ErrorPolicy:
     skips. A shard cut short by a skipped shard-level error (corrupt header, truncated
     member, broken connection) is recorded in ``cut_short``: the grouping stage then drops
     that shard's last, possibly incomplete, sample, already counted in the same record.
+    A sample that lost one member (a tar member over ``max_member_bytes``) is named in
+    ``dropped`` as ``(url, key)``: the grouping stage drops the rest of it.
     ``history`` holds what the shards read to their end looked like (for estimates).
 
     Read ``skipped``, ``delivered``, ``reasons`` and ``examples`` at any time; ``report()``
@@ -126,6 +128,7 @@ class ErrorPolicy:
         self.reasons: Counter[str] = Counter()
         self.examples: list[SkipRecord] = []
         self.cut_short: set[str] = set()
+        self.dropped: set[tuple[str, str]] = set()
         self.history = ShardHistory()
         self.deferred: SampleError | None = None
         self._delivered: dict[str, int] = {}

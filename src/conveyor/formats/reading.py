@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.formats.decoders import DecoderRegistry
+from conveyor.formats.errors import SampleError
 from conveyor.formats.grouping import group_samples, split_name
 from conveyor.formats.tar import open_archive, read_members
 from conveyor.storage import open_url
@@ -28,6 +29,8 @@ def iter_members(
     with open_url(url, storage_options) as raw:
         stream = open_archive(raw, url)
         for member in read_members(stream, url, start):
+            if member.refused:
+                raise SampleError(member.refused, url, offset=member.offset)
             yield url, member.name, member.data
 
 
