@@ -359,7 +359,7 @@ def open_url(
     fs = get_filesystem(url, storage_options, remote)
     if cache is None or fs is _LOCAL:
         return fs.open(url, block_size)
-    return cache.open(url, lambda: fs.open(url, block_size))
+    return cache.open(url, lambda: fs.open(url, block_size), storage_options)
 
 
 def prepare_url(
