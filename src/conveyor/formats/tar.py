@@ -186,22 +186,21 @@ class _Walk:
         if kind in PAX_KINDS or kind == PAX_GLOBAL or kind in (GNU_LONG_NAME, GNU_LONG_LINK):
             self._extension(header)
             return None
-        if kind == GNU_SPARSE or any(key.startswith("GNU.sparse.") for key in self.pax or ()):
+        if kind == GNU_SPARSE or (self.pax and any(k.startswith("GNU.sparse.") for k in self.pax)):
             raise self._corrupt("a GNU sparse member (not supported)")
         name, size = self._name_and_size(header)
         regular = kind in REGULAR_KINDS and not (kind == b"\0" and header.name.endswith("/"))
         if not regular and size and (kind in NO_DATA_KINDS or kind == b"\0"):
             raise self._corrupt(f"a type {kind!r} member with {size} bytes (readers disagree)")
-        key = _key(name) if regular else ""
         data, refused = b"", ""
         if regular and size > self.max_member_bytes:
             refused = f"tar member {name!r} of {size} bytes is over max_member_bytes="
             refused += f"{self.max_member_bytes}"
-            self._skip(size, key)
+            self._skip(size, name)
         elif regular:
-            data = self._data(size, key, name)
+            data = self._data(size, name)
         elif kind not in NO_DATA_KINDS and kind != b"\0":
-            self._skip(size, key)  # an unknown type: its data is skipped, as tarfile does
+            self._skip(size, "")  # an unknown type: its data is skipped, as tarfile does
         first = self.first
         self.pax, self.long_name, self.long_link = None, None, False
         member = TarMember(name, data, first, self._advance(size), refused)
@@ -222,7 +221,7 @@ class _Walk:
         kind = header.kind
         if header.size > MAX_EXTENDED_BYTES:
             raise self._corrupt(f"an extended header of {header.size} bytes")
-        data = self._data(header.size, "", "extended header")
+        data = self._data(header.size, "")
         if kind == PAX_GLOBAL:
             if self.first != self.position:
                 raise self._corrupt("a pax global header between a member's headers")
@@ -242,23 +241,27 @@ class _Walk:
             raise self._corrupt("more than one extended header for one member")
         self._advance(header.size)
 
-    def _data(self, size: int, key: str, name: str) -> bytes:
-        data = _read(self.stream, size, self.url, self.position, key)
+    def _data(self, size: int, name: str) -> bytes:
+        """The ``size`` bytes after the header (and its padding); ``name``: the regular
+        member they belong to, if any (its sample is named in errors)."""
+        data = _read(self.stream, size, self.url, self.position, name)
         if len(data) < size:
-            raise TarTruncation(f"truncated tar member {name!r}", self.url, key, self.position)
+            what = repr(name) if name else "extended header"
+            reason = f"truncated tar member {what}"
+            raise TarTruncation(reason, self.url, _key(name), self.position)
         if size % BLOCK:
-            _read(self.stream, -size % BLOCK, self.url, self.position, key)
+            _read(self.stream, -size % BLOCK, self.url, self.position, name)
         return data
 
-    def _skip(self, size: int, key: str) -> None:
+    def _skip(self, size: int, name: str) -> None:
         padded = size + -size % BLOCK
         try:
             skipped = _discard(self.stream, padded)
         except Exception as error:
             reason = f"cannot read archive: {type(error).__name__}: {error}"
-            raise TarReadError(reason, self.url, key, self.position) from error
+            raise TarReadError(reason, self.url, _key(name), self.position) from error
         if skipped < size:
-            raise TarTruncation("truncated tar member", self.url, key, self.position)
+            raise TarTruncation("truncated tar member", self.url, _key(name), self.position)
 
     def _advance(self, size: int) -> int:
         """Move past the header at ``position`` and its ``size`` bytes of data."""
@@ -284,13 +287,13 @@ def _pax_size(value: str, url: str, offset: int) -> int:
 
 
 def _key(name: str) -> str:
-    parts = split_name(name)
+    parts = split_name(name) if name else None
     return parts[0] if parts else ""
 
 
-def _read(stream: IO[bytes], size: int, url: str, offset: int, key: str) -> bytes:
+def _read(stream: IO[bytes], size: int, url: str, offset: int, name: str) -> bytes:
     """``size`` bytes (fewer only at the end); a failing stream becomes `TarReadError`
-    naming the member's sample (``key``) when its header was read."""
+    naming the sample of member ``name`` when its header was read."""
     try:
         return _read_exact(stream, size)
     except SampleError:
@@ -298,7 +301,7 @@ def _read(stream: IO[bytes], size: int, url: str, offset: int, key: str) -> byte
     except Exception as error:  # a remote read that gave up, a corrupt gzip stream, ...
         verb = "cannot open" if isinstance(error, FileNotFoundError) else "cannot read archive"
         reason = f"{verb}: {type(error).__name__}: {error}"
-        raise TarReadError(reason, url, key, offset) from error
+        raise TarReadError(reason, url, _key(name), offset) from error
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ PAX_GLOBAL = b"g"
 GNU_LONG_NAME, GNU_LONG_LINK, GNU_SPARSE = b"L", b"K", b"S"
 _GNU_KINDS = frozenset({GNU_LONG_NAME, GNU_LONG_LINK, GNU_SPARSE})
 _GNU_MAGIC = b"ustar  \0"
-_OCTAL = frozenset(b"01234567")
+_OCTAL = b"01234567"
+_HIGH_BYTES = bytes(range(128, 256))
 
 
 class TarCorruption(SampleError):
@@ -74,31 +75,35 @@ def parse_number(field: bytes, url: str, offset: int) -> int:
         value = int.from_bytes(field[1:], "big")
         return value - 256 ** (len(field) - 1) if field[0] == 0xFF else value
     text = field.split(b"\0", 1)[0].strip(b" ")
-    if not all(byte in _OCTAL for byte in text):
+    if text.translate(None, _OCTAL):  # anything but octal digits (a sign, "0o", "_", ...)
         raise TarCorruption(f"corrupt tar header: bad number {field!r}", url, offset=offset)
     return int(text, 8) if text else 0
 
 
-def _checksums(block: bytes) -> tuple[int, int]:
-    """The header's sum as unsigned and as signed bytes (old Sun tars), the checksum field
-    counted as spaces."""
+def _checksum_holds(block: bytes, stored: int) -> bool:
+    """The header's bytes add up to ``stored``, the checksum field counted as spaces: as
+    unsigned bytes, or as signed ones (old Sun tars)."""
     unsigned = sum(block) - sum(block[148:156]) + 8 * 32
-    high = sum(1 for byte in block[:148] + block[156:] if byte > 127)
-    return unsigned, unsigned - 256 * high
+    if stored == unsigned:
+        return True
+    field = block[148:156]
+    high = len(block) - len(block.translate(None, _HIGH_BYTES))
+    high -= len(field) - len(field.translate(None, _HIGH_BYTES))
+    return stored == unsigned - 256 * high
 
 
 def parse_header(block: bytes, url: str, offset: int) -> Header:
     """The header in ``block`` (not a zero block); `TarCorruption` if it is none."""
     if len(block) < BLOCK:
         raise TarTruncation("truncated tar header", url, offset=offset)
-    if parse_number(block[148:156], url, offset) not in _checksums(block):
+    if not _checksum_holds(block, parse_number(block[148:156], url, offset)):
         raise TarCorruption("corrupt tar header: checksum mismatch", url, offset=offset)
     size = parse_number(block[124:136], url, offset)
     if size < 0:
         raise TarCorruption(f"corrupt tar header: negative size {size}", url, offset=offset)
     kind = block[156:157]
     name = _text(block[0:100])
-    prefix = _text(block[345:500])
+    prefix = _text(block[345:500]) if block[345] else ""
     if prefix and kind not in _GNU_KINDS:
         if block[257:265] == _GNU_MAGIC:  # GNU keeps times there, which tarfile takes for a name
             reason = "a GNU tar header with data in the ustar name prefix (readers disagree)"
