@@ -22,7 +22,6 @@ from typing import Literal
 
 from conveyor.formats.loss_estimates import Loss, ShardHistory
 from conveyor.formats.skips import SkipRecord, skip_sink
-from conveyor.storage.redaction import redact_text, redact_url
 
 __all__ = [
     "BadSampleWarning",
@@ -48,6 +47,9 @@ class SampleError(RuntimeError):
         offset: int | None = None,
         loss: Loss | None = None,
     ):
+        # on the error path only: `import conveyor` (which needs this class) stays off storage
+        from conveyor.storage.redaction import redact_text, redact_url
+
         reason = redact_text(reason)  # it may quote a client library's error, URL and all
         where = [f"shard {redact_url(url)!r}" if url else "", f"sample {key!r}" if key else ""]
         if offset is not None:
@@ -160,6 +162,8 @@ class ErrorPolicy:
         """Raise ``error`` (policy ``"raise"`` or budget exceeded) or record it as skipped."""
         if self.on_error == "raise":
             raise error
+        from conveyor.storage.redaction import redact_url
+
         loss = self.loss_of(error)
         at = f" at byte {error.offset}" if error.offset is not None else ""
         record = SkipRecord(
