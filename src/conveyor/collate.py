@@ -116,8 +116,8 @@ def _allocated_output(
     if first.device.type != "cpu":
         return None
     for tensor in tensors:
-        if tensor.dtype != dtype or tensor.requires_grad:
-            return None
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.requires_grad:
+            return None  # a plain stack gives the answer, or torch's own error for a non-tensor
     numel = first.numel() * len(tensors)
     if numel == 0:
         return None

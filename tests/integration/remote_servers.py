@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import hashlib
 import io
 import os
 import shutil
@@ -85,6 +86,7 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
+        self.path = self.path.split("?", 1)[0]  # a presigned URL's query names no file
         self.log.append((self.command, self.path, self.headers.get("Range")))
         path = self.path
         if path.startswith("/fail/"):
@@ -109,6 +111,10 @@ class RangeHandler(SimpleHTTPRequestHandler):
             data = handle.read()
         self._send(data, self.headers.get("Range"), body)
 
+    def version_headers(self, data: bytes) -> dict[str, str]:
+        """Headers naming the version of ``data`` (none: like Python's own file server)."""
+        return {}
+
     def _send(self, data: bytes, byte_range: str | None, body: bool) -> None:
         start, end = 0, len(data) - 1
         if byte_range and byte_range.startswith("bytes="):
@@ -121,6 +127,8 @@ class RangeHandler(SimpleHTTPRequestHandler):
             self.send_response(200)
         chunk = data[start : end + 1]
         self.send_header("Content-Length", str(len(chunk)))
+        for name, value in self.version_headers(data).items():
+            self.send_header(name, value)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/x-tar")
         self.end_headers()
@@ -247,7 +255,17 @@ class FaultyHandler(RangeHandler):
 
     server: FaultyServer
 
+    def version_headers(self, data: bytes) -> dict[str, str]:
+        if self.server.etags == "none":
+            return {}
+        return {"ETag": etag_of(data)}
+
     def _send(self, data: bytes, byte_range: str | None, body: bool) -> None:
+        data = self.server.content(self.path, data)
+        wanted = self.headers.get("If-Match")
+        if self.server.etags == "honour" and wanted is not None and wanted != etag_of(data):
+            self.send_error(412, "Precondition Failed")
+            return
         fault = self.server.next_fault(self.path)
         if fault is None or fault.kind == "serve":
             super()._send(data, byte_range, body)
@@ -286,10 +304,18 @@ class FaultyHandler(RangeHandler):
         self.close_connection = True
 
 
+def etag_of(data: bytes) -> str:
+    return '"' + hashlib.md5(data).hexdigest() + '"'
+
+
 class FaultyServer(QuietServer):
     """Serves ``directory`` with Range support on 127.0.0.1; `script` makes the next
     requests of a path misbehave. Handler threads are joined on `close` (`release` first
-    lets hanging and stalled ones finish); ``held`` is set whenever one starts to hang."""
+    lets hanging and stalled ones finish); ``held`` is set whenever one starts to hang.
+
+    ``etags``: ``"none"`` sends no ETag; ``"ignore"`` sends one and ignores ``If-Match``
+    (as some servers and proxies do); ``"honour"`` answers 412 when ``If-Match`` differs.
+    `replace` swaps a file's bytes after some requests (a shard rewritten mid-read)."""
 
     daemon_threads = False
     block_on_close = True
@@ -303,6 +329,9 @@ class FaultyServer(QuietServer):
         self._released = threading.Event()
         self._faults: dict[str, list[Fault]] = {}
         self._lock = threading.Lock()
+        self.etags = "none"
+        self._replacements: dict[str, tuple[int, bytes]] = {}
+        self._served: dict[str, int] = {}
         serve = functools.partial(self.serve_forever, poll_interval=0.05)
         self._thread = threading.Thread(target=serve, name="faulty-http-server")
         self._thread.start()
@@ -311,6 +340,21 @@ class FaultyServer(QuietServer):
         """The next ``len(faults)`` requests of ``path`` take these faults, in order."""
         with self._lock:
             self._faults.setdefault(path, []).extend(faults)
+
+    def replace(self, path: str, data: bytes, after: int) -> None:
+        """Requests of ``path`` after the first ``after`` get ``data`` instead of the file."""
+        with self._lock:
+            self._replacements[path] = (after, data)
+            self._served[path] = 0
+
+    def content(self, path: str, data: bytes) -> bytes:
+        """What this request of ``path`` is answered from (counts the requests)."""
+        with self._lock:
+            if path not in self._replacements:
+                return data
+            after, replacement = self._replacements[path]
+            self._served[path] += 1
+            return replacement if self._served[path] > after else data
 
     def next_fault(self, path: str) -> Fault | None:
         with self._lock:

@@ -155,7 +155,9 @@ def test_s3_cache(s3_server: S3Server, shard_set: ShardSet, tmp_path: Path) -> N
     assert keys_of(pipe) == shard_set.keys
     assert (cache.hits, cache.misses) == (6, 6)
     sizes = sorted(os.path.getsize(p) for p in shard_set.paths)
-    assert sorted(os.path.getsize(cache.entry_path(u)) for u in s3_server.shard_urls) == sizes
+    options = s3_server.storage_options  # part of the key: the endpoint identifies the object
+    entries = [cache.entry_path(url, options) for url in s3_server.shard_urls]
+    assert sorted(os.path.getsize(entry) for entry in entries) == sizes
 
 
 def test_s3_missing_object(s3_server: S3Server) -> None:

@@ -207,6 +207,30 @@ def test_timeout_raises() -> None:
     del it
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_stopped_worker_times_out_on_time(context: str) -> None:
+    """A worker stopped by SIGSTOP (as a debugger or an operator would) is reported when the
+    timeout runs out, not a polite second or two later: a stuck worker is terminated at
+    once (SIGTERM, then SIGCONT so that a stopped one acts on it), and nothing leaks."""
+    timeout = 1.5
+    loader = DataLoader(
+        DieAt(6, bad=2, how="SIGSTOP"),
+        batch_size=None,
+        num_workers=1,
+        timeout=timeout,
+        multiprocessing_context=context,
+    )
+    it = iter(loader)
+    assert [next(it), next(it)] == [0, 1]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^DataLoader timed out after 1.5 seconds$"):
+        next(it)
+    elapsed = time.monotonic() - start
+    assert timeout - 0.05 <= elapsed < timeout + 0.5, elapsed
+    assert all(worker.exitcode is not None for worker in it._workers)
+    del it
+
+
 @pytest.mark.parametrize("worker_type", KINDS)
 def test_persistent_workers_survive_epochs(worker_type: str) -> None:
     loader = DataLoader(

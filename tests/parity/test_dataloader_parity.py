@@ -227,3 +227,38 @@ def test_random_module_state_is_untouched_by_single_process_loading() -> None:
     random.seed(0)
     list(conveyor.DataLoader(Range(5), shuffle=True))
     assert random.random() == expected
+
+
+MISMATCHED_BATCHES = {
+    "type": [torch.zeros(2), 1],
+    "type-array": [torch.zeros(2), np.zeros(2)],
+    "size": [torch.zeros(2), torch.zeros(3)],
+}
+
+
+def _first_batch_error(module: Any, items: list[Any], num_workers: int) -> BaseException:
+    iterator = iter(module.DataLoader(items, batch_size=len(items), num_workers=num_workers))
+    try:
+        next(iterator)
+    except Exception as error:  # compared with torch's by the caller
+        error.__traceback__ = None  # frames would keep the iterator (and its workers) alive
+        return error
+    finally:
+        for name in ("_shutdown_workers", "close"):  # torch's, conveyor's
+            if hasattr(iterator, name):
+                getattr(iterator, name)()
+    raise AssertionError("the batch collated")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["nw0", "nw2"])
+@pytest.mark.parametrize("name", list(MISMATCHED_BATCHES))
+def test_collate_mismatch_raises_like_torch(name: str, num_workers: int) -> None:
+    """Elements that do not stack: torch's exception and message (collating into the loader's
+    output buffers must not turn it into another error). torch's own workers raise an
+    AttributeError for "type" (its shared-memory path calls ``numel()`` on the int), so
+    the reference is torch's single-process error."""
+    items = MISMATCHED_BATCHES[name]
+    theirs = _first_batch_error(tud, items, 0)
+    ours = _first_batch_error(conveyor, items, num_workers)
+    assert type(ours) is type(theirs)
+    assert str(theirs).strip().splitlines()[-1] in str(ours)

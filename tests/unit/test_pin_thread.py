@@ -45,7 +45,7 @@ class FakePool:
     def interrupt(self) -> None:
         self.results.put(_INTERRUPT)
 
-    def close(self) -> None:
+    def close(self, grace: bool = True) -> None:
         self.closed.set()
 
 

@@ -7,14 +7,17 @@ import json
 import os
 import random
 import re
+import warnings
 from collections import Counter
 from typing import Any
 
 from conveyor.cli.parsing import print_help_instead
+from conveyor.cli.source_files import read_regular, walk_source
 from conveyor.formats.grouping import split_name
 from conveyor.formats.reading import ShardSummary, summarize_shard
 from conveyor.formats.writer import ShardWriter
 from conveyor.storage import resolve_urls
+from conveyor.storage.redaction import redact_url
 
 __all__ = ["group_directory", "parse_size", "register"]
 
@@ -51,6 +54,10 @@ def register(subparsers: Any) -> None:
         help="most bytes in one shard (500MB, 1.5GiB, 4096, ...)",
     )  # fmt: skip
     write.add_argument("--shuffle", action="store_true", help="shuffle samples first")
+    write.add_argument(
+        "--follow-external-symlinks", action="store_true",
+        help="pack the files that symlinks pointing outside SOURCE name (skipped by default)",
+    )  # fmt: skip
     write.add_argument("--seed", type=int, default=0, help="seed for --shuffle")
     write.set_defaults(func=run_write)
     inspect = actions.add_parser("inspect", help="count samples, keys, extensions, sizes")
@@ -59,38 +66,54 @@ def register(subparsers: Any) -> None:
     inspect.set_defaults(func=run_inspect)
 
 
-def group_directory(source: str) -> list[tuple[str, dict[str, str]]]:
-    """``[(key, {ext: path})]`` for the files under ``source``, sorted by key."""
+def group_directory(
+    source: str, follow_external_symlinks: bool = False
+) -> list[tuple[str, dict[str, str]]]:
+    """``[(key, {ext: path})]`` for the regular files under ``source``, sorted by key.
+
+    FIFOs, sockets, devices, broken links and (unless ``follow_external_symlinks``) links
+    out of ``source`` are skipped with a warning (`conveyor.cli.source_files`)."""
     if not os.path.isdir(source):
         raise ValueError(f"{source!r} is not a directory")
+    found = walk_source(source, follow_external_symlinks)
+    found.warn(source)
     samples: dict[str, dict[str, str]] = {}
-    for directory, _, files in os.walk(source):
-        for name in files:
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, source).replace(os.sep, "/")
-            parts = split_name(relative)
-            if parts is None:
-                continue
-            key, ext = parts
-            if ext in samples.setdefault(key, {}):
-                raise ValueError(f"two files give sample {key!r} extension {ext!r}")
-            samples[key][ext] = path
+    for relative, path in found.files:
+        parts = split_name(relative)
+        if parts is None:
+            continue
+        key, ext = parts
+        if ext in samples.setdefault(key, {}):
+            raise ValueError(f"two files give sample {key!r} extension {ext!r}")
+        samples[key][ext] = path
     return sorted(samples.items())
 
 
 def run_write(args: argparse.Namespace) -> int:
-    samples = group_directory(args.source)
+    samples = group_directory(args.source, args.follow_external_symlinks)
     if not samples:
         raise ValueError(f"no files with an extension under {args.source!r}")
     if args.shuffle:
         random.Random(args.seed).shuffle(samples)
+    changed: list[str] = []
     with ShardWriter(args.pattern, max_count=args.max_count, max_bytes=args.max_size) as writer:
         for key, files in samples:
             sample: dict[str, Any] = {"__key__": key}
             for ext, path in files.items():
-                with open(path, "rb") as handle:
-                    sample[ext] = handle.read()
-            writer.write(sample)
+                data = read_regular(path)
+                if data is None:  # no longer a regular file: leave the sample out whole
+                    changed.append(path)
+                    break
+                sample[ext] = data
+            else:
+                writer.write(sample)
+    if changed:
+        warnings.warn(
+            f"skipped {len(changed)} sample(s) whose files stopped being regular files "
+            f"while writing: {', '.join(map(repr, changed[:3]))}",
+            UserWarning,
+            stacklevel=2,
+        )
     print(f"wrote {writer.total} samples into {len(writer.shards)} shard(s):")
     for url in writer.shards:
         print(f"  {url}")
@@ -98,7 +121,7 @@ def run_write(args: argparse.Namespace) -> int:
 
 
 def _print_summary(summary: ShardSummary) -> None:
-    print(summary.url)
+    print(redact_url(summary.url))
     print(f"  samples {summary.samples}, members {summary.members}, {summary.data_bytes:,} bytes")
     for ext, count in sorted(summary.extension_counts.items()):
         size = summary.extension_bytes[ext]

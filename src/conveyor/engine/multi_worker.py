@@ -226,7 +226,7 @@ class MultiWorkerIterator(LoaderIterator):
         timeout = self._worker_options.timeout_s or None
         ready = self._require_pool().receive(timeout)
         if not ready and timeout is not None:
-            self.close()  # a worker may be stuck in the dataset: end it now, not at exit
+            self.close(grace=False)  # a worker is stuck (or stopped): end it now, not at exit
             seconds = self._worker_options.timeout_s  # as the user gave it, as torch says it
             raise RuntimeError(f"DataLoader timed out after {seconds} seconds")
         self._handle_all(ready)
@@ -349,8 +349,9 @@ class MultiWorkerIterator(LoaderIterator):
             raise RuntimeError("the DataLoader's workers were shut down; start a new epoch")
         return self._pool
 
-    def close(self) -> None:
-        """End every worker now. Idempotent; also run on garbage collection.
+    def close(self, grace: bool = True) -> None:
+        """End every worker now (``grace``: see `WorkerPool.close`). Idempotent; also run on
+        garbage collection.
 
         Inert in a process forked from the owner (a later loader's worker inherits this
         iterator): there the workers, pipes and slabs are the parent's, never to be
@@ -359,7 +360,7 @@ class MultiWorkerIterator(LoaderIterator):
         pool = getattr(self, "_pool", None)
         self._pool = None
         if pool is not None and os.getpid() == getattr(self, "_owner_pid", None):
-            pool.close()
+            pool.close(grace)
 
     def __del__(self) -> None:
         super().__del__()

@@ -43,7 +43,7 @@ class InterruptiblePool(Protocol):
     def interrupt(self) -> None:
         """Make a ``receive`` blocked in another thread return soon (maybe with nothing)."""
 
-    def close(self) -> None: ...
+    def close(self, grace: bool = True) -> None: ...
 
 
 def warn_unpinnable() -> None:
@@ -154,7 +154,7 @@ class PinningPool:
     def thread(self) -> threading.Thread:
         return self._thread
 
-    def close(self) -> None:
+    def close(self, grace: bool = True) -> None:
         if self._closed:
             return
         self._closed = True
@@ -162,4 +162,4 @@ class PinningPool:
         self._pool.interrupt()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=JOIN_TIMEOUT_S)
-        self._pool.close()
+        self._pool.close(grace)

@@ -28,5 +28,7 @@ class WorkerPool(Protocol):
     def bytes_received(self) -> int:
         """Bytes that crossed from the workers (0 where nothing is copied)."""
 
-    def close(self) -> None:
-        """End every worker and free every resource. Idempotent."""
+    def close(self, grace: bool = True) -> None:
+        """End every worker and free every resource. Idempotent. Without ``grace`` (the
+        workers did not answer within the loader's timeout) processes are terminated at
+        once instead of being given a second to finish."""

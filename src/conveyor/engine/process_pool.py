@@ -334,8 +334,9 @@ class ProcessPool:
         self._unwatch(worker_id)
         raise WorkerDiedError(worker_death_message(worker_id, process.pid, process.exitcode))
 
-    def close(self) -> None:
-        """Stop every worker: ask politely, then terminate, then kill. Idempotent."""
+    def close(self, grace: bool = True) -> None:
+        """Stop every worker: ask politely (and wait, with ``grace``), then terminate, then
+        kill. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -344,7 +345,7 @@ class ProcessPool:
         for inbox, lock in zip(self._inboxes, self._send_locks, strict=False):
             with contextlib.suppress(OSError), lock:
                 inbox.send(None)
-        stop_processes(self._processes, JOIN_TIMEOUT_S)
+        stop_processes(self._processes, JOIN_TIMEOUT_S, grace)
         for conn in self._inboxes + self._outboxes:
             conn.close()
         for handle in self._handles:

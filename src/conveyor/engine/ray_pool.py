@@ -278,9 +278,9 @@ class RayPool:
         """The workers lost so far (worker id, node, Ray's reason), oldest first."""
         return list(self._lost)
 
-    def close(self) -> None:
-        """Kill every actor now (Ray frees their objects) and drop every Ray handle and
-        reference this pool holds. Idempotent.
+    def close(self, grace: bool = True) -> None:
+        """Kill every actor now (Ray frees their objects; ``grace`` changes nothing) and drop
+        every Ray handle and reference this pool holds. Idempotent.
 
         Dropping them here, not whenever the collector reaches this pool, keeps Ray objects
         out of garbage that a forked process could inherit (see engine/forking.py).

@@ -7,6 +7,8 @@ docs/design/shutdown.md.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -62,18 +64,33 @@ def torch_first_sentence(pid: int, exitcode: int) -> str:
     return f"DataLoader worker (pid {pid}) is killed by signal: {name}. "
 
 
-def stop_processes(processes: Sequence[Any], join_timeout_s: float) -> None:
-    """Once asked to stop: give them ``join_timeout_s`` together, then terminate those
-    still running, wait as long again, and kill what is left. Each must offer ``join``,
-    ``exitcode``, ``terminate`` and ``kill`` (a `multiprocessing.Process` does)."""
-    deadline = time.monotonic() + join_timeout_s
-    for process in processes:
-        process.join(timeout=max(0.0, deadline - time.monotonic()))
+def stop_processes(processes: Sequence[Any], join_timeout_s: float, grace: bool = True) -> None:
+    """Once asked to stop: give them ``join_timeout_s`` together (unless not ``grace``:
+    they are stuck, e.g. after a timeout), then terminate those still running, wait as
+    long again, and kill what is left. Each must offer ``pid``, ``join``, ``exitcode``,
+    ``terminate`` and ``kill`` (a `multiprocessing.Process` does)."""
+    if grace:
+        deadline = time.monotonic() + join_timeout_s
+        for process in processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
     for process in processes:
         if process.exitcode is None:
             process.terminate()
+            _resume(process)
     for process in processes:
         process.join(timeout=join_timeout_s)
         if process.exitcode is None:
             process.kill()
             process.join()
+
+
+def _resume(process: Any) -> None:
+    """SIGCONT after SIGTERM: a stopped process (SIGSTOP, a debugger's) acts on the SIGTERM
+    now instead of holding it until the kill a second later. A process not yet reaped keeps
+    its pid, so the signal cannot reach another one."""
+    resume = getattr(process, "resume", None)
+    with contextlib.suppress(OSError, TypeError):
+        if resume is not None:
+            resume()
+        else:
+            os.kill(process.pid, signal.SIGCONT)

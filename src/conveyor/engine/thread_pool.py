@@ -68,8 +68,9 @@ class ThreadPool:
     def retire(self, worker_id: int) -> None:
         self._inboxes[worker_id].put(None)
 
-    def close(self) -> None:
-        """Ask every thread to stop and wait for it (a thread cannot be killed)."""
+    def close(self, grace: bool = True) -> None:
+        """Ask every thread to stop and wait for it (a thread cannot be killed, so
+        ``grace`` changes nothing)."""
         if self._closed:
             return
         self._closed = True

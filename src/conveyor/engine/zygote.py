@@ -302,6 +302,9 @@ class ZygoteWorker:
     def kill(self) -> None:
         self._signal(signal.SIGKILL)
 
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.sentinel, signum)

@@ -47,7 +47,11 @@ class SampleError(RuntimeError):
         offset: int | None = None,
         loss: Loss | None = None,
     ):
-        where = [f"shard {url!r}" if url else "", f"sample {key!r}" if key else ""]
+        # on the error path only: `import conveyor` (which needs this class) stays off storage
+        from conveyor.storage.redaction import redact_text, redact_url
+
+        reason = redact_text(reason)  # it may quote a client library's error, URL and all
+        where = [f"shard {redact_url(url)!r}" if url else "", f"sample {key!r}" if key else ""]
         if offset is not None:
             where.append(f"offset {offset}")
         located = ", ".join(part for part in where if part)
@@ -92,6 +96,8 @@ class ErrorPolicy:
     skips. A shard cut short by a skipped shard-level error (corrupt header, truncated
     member, broken connection) is recorded in ``cut_short``: the grouping stage then drops
     that shard's last, possibly incomplete, sample, already counted in the same record.
+    A sample that lost one member (a tar member over ``max_member_bytes``) is named in
+    ``dropped`` as ``(url, key)``: the grouping stage drops the rest of it.
     ``history`` holds what the shards read to their end looked like (for estimates).
 
     Read ``skipped``, ``delivered``, ``reasons`` and ``examples`` at any time; ``report()``
@@ -124,6 +130,7 @@ class ErrorPolicy:
         self.reasons: Counter[str] = Counter()
         self.examples: list[SkipRecord] = []
         self.cut_short: set[str] = set()
+        self.dropped: set[tuple[str, str]] = set()
         self.history = ShardHistory()
         self.deferred: SampleError | None = None
         self._delivered: dict[str, int] = {}
@@ -155,9 +162,13 @@ class ErrorPolicy:
         """Raise ``error`` (policy ``"raise"`` or budget exceeded) or record it as skipped."""
         if self.on_error == "raise":
             raise error
+        from conveyor.storage.redaction import redact_url
+
         loss = self.loss_of(error)
         at = f" at byte {error.offset}" if error.offset is not None else ""
-        record = SkipRecord(error.url, error.reason + at, loss.samples, loss.keys, loss.estimated)
+        record = SkipRecord(
+            redact_url(error.url), error.reason + at, loss.samples, loss.keys, loss.estimated
+        )
         skip_sink().add(record)
         self.skipped += loss.samples
         self.estimated += loss.samples if loss.estimated else 0

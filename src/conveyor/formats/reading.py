@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.formats.decoders import DecoderRegistry
+from conveyor.formats.errors import SampleError
 from conveyor.formats.grouping import group_samples, split_name
 from conveyor.formats.tar import open_archive, read_members
 from conveyor.storage import open_url
+from conveyor.storage.redaction import redact_url
 
 __all__ = ["ShardSummary", "iter_members", "iter_samples", "summarize_shard"]
 
@@ -27,6 +29,8 @@ def iter_members(
     with open_url(url, storage_options) as raw:
         stream = open_archive(raw, url)
         for member in read_members(stream, url, start):
+            if member.refused:
+                raise SampleError(member.refused, url, offset=member.offset)
             yield url, member.name, member.data
 
 
@@ -56,7 +60,7 @@ class ShardSummary:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
-            "url": self.url,
+            "url": redact_url(self.url),
             "samples": self.samples,
             "members": self.members,
             "data_bytes": self.data_bytes,

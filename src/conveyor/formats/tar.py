@@ -1,15 +1,20 @@
 """Streaming tar reading: one pass over a (possibly remote, non-seekable) byte stream.
 
-`read_members` parses 512-byte headers itself (ustar, pax ``x`` records and GNU long names)
-so that every member carries its byte ``offset``: a reader can resume at any member by
-seeking there, without replaying the members before it. gzip-compressed archives are
-decompressed on the fly (resuming one then decompresses up to the offset).
+`read_members` walks the 512-byte headers itself (`conveyor.formats.tar_headers`: ustar, pax
+``x`` records, GNU long names, all by the rules ``tarfile`` and GNU tar follow) so that every
+member carries its byte ``offset``: a reader can resume at any member by seeking there,
+without replaying the members before it. gzip-compressed archives are decompressed on the
+fly (resuming one then decompresses up to the offset).
+
+Bounded: a member larger than ``max_member_bytes`` is not read (its bytes are skipped; the
+member comes with ``refused`` set, for the caller to raise or count), nor is an extended
+header over `MAX_EXTENDED_BYTES`; every malformed header ends the pass with an error.
 
 Errors name the archive URL and the offset: `SampleError` for a bad header checksum, a
-truncated header or member, an unparsable size field, an empty file, and an archive that
-ends without tar's end-of-archive (zero) blocks, i.e. one cut short, even at a member
-boundary. After a corrupt header, `scan_rest` finds the members that followed it (to count
-what was lost, never to deliver it).
+truncated header or member, an unparsable number or pax record, a form tar readers disagree
+on, an empty file, and an archive that ends without tar's end-of-archive (zero) blocks, i.e.
+one cut short, even at a member boundary. After a corrupt header, `scan_rest` finds the
+members that followed it (to count what was lost, never to deliver it).
 """
 
 from __future__ import annotations
@@ -21,8 +26,25 @@ from typing import IO, Any
 
 from conveyor.formats.errors import SampleError
 from conveyor.formats.grouping import split_name
+from conveyor.formats.tar_headers import (
+    BLOCK,
+    GNU_LONG_LINK,
+    GNU_LONG_NAME,
+    GNU_SPARSE,
+    NO_DATA_KINDS,
+    PAX_GLOBAL,
+    PAX_KINDS,
+    REGULAR_KINDS,
+    Header,
+    TarCorruption,
+    TarTruncation,
+    parse_header,
+    parse_pax,
+)
 
 __all__ = [
+    "DEFAULT_MAX_MEMBER_BYTES",
+    "MAX_EXTENDED_BYTES",
     "ScanResult",
     "TarCorruption",
     "TarMember",
@@ -33,19 +55,15 @@ __all__ = [
     "scan_rest",
 ]
 
-BLOCK = 512
+DEFAULT_MAX_MEMBER_BYTES = 1 << 30
+"""Members over 1 GiB are refused by default: one member is held in memory whole, and a
+small gzip input can claim (and inflate to) gigabytes."""
+MAX_EXTENDED_BYTES = 1 << 20
+"""A pax or GNU long-name header over 1 MiB is refused (names are at most a few KiB)."""
+
 _ZERO_BLOCK = bytes(BLOCK)
-_REGULAR = frozenset(b"07\0")
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-class TarCorruption(SampleError):
-    """A header that is not one (bad checksum, unparsable number): what follows may be fine."""
-
-
-class TarTruncation(SampleError):
-    """The archive stops early: empty, cut inside a header or member, or no end blocks.
-    ``key`` names the sample of a member cut short (its header was fine)."""
+_SKIP_CHUNK = 1 << 20
+_GLOBAL_REFUSED = ("path", "size", "linkpath")
 
 
 class TarReadError(SampleError):
@@ -59,12 +77,15 @@ class TarMember:
 
     ``offset`` is where its first header (pax or long-name header included) starts and
     ``end`` where the next member's header starts: resume at ``end`` to continue after it.
+    ``refused`` says why ``data`` was not read (empty then), e.g. the member is larger than
+    ``max_member_bytes``; the caller raises or counts it.
     """
 
     name: str
     data: bytes
     offset: int
     end: int
+    refused: str = ""
 
 
 def open_archive(stream: IO[bytes], url: str) -> IO[bytes]:
@@ -84,52 +105,19 @@ def _skip_to(stream: IO[bytes], start: int, url: str) -> None:
             return
     except (AttributeError, OSError):
         pass
-    remaining = start
-    while remaining:
-        chunk = stream.read(min(remaining, 1 << 20))
+    if _discard(stream, start) < start:
+        raise TarTruncation("archive ends before the resume offset", url, offset=start)
+
+
+def _discard(stream: IO[bytes], count: int) -> int:
+    """Read and drop ``count`` bytes, a chunk at a time; the number actually dropped."""
+    left = count
+    while left:
+        chunk = stream.read(min(left, _SKIP_CHUNK))
         if not chunk:
-            raise TarTruncation("archive ends before the resume offset", url, offset=start)
-        remaining -= len(chunk)
-
-
-def _number(field: bytes, url: str, offset: int) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256 for large values
-        return int.from_bytes(field[1:], "big")
-    text = field.rstrip(b"\0 ").lstrip(b" ")
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise TarCorruption(
-            f"corrupt tar header: bad number {field!r}", url, offset=offset
-        ) from None
-
-
-def _text(field: bytes) -> str:
-    return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-
-
-def _pax_path(records: bytes) -> str | None:
-    path = None
-    position = 0
-    while position < len(records):
-        space = records.find(b" ", position)
-        if space < 0:
             break
-        length = int(records[position:space])
-        key, _, value = records[space + 1 : position + length - 1].partition(b"=")
-        if key == b"path":
-            path = value.decode("utf-8", "surrogateescape")
-        position += length
-    return path
-
-
-def _check_header(header: bytes, url: str, offset: int) -> None:
-    if len(header) < BLOCK:
-        raise TarTruncation("truncated tar header", url, offset=offset)
-    stored = _number(header[148:156], url, offset)
-    actual = sum(header) - sum(header[148:156]) + 8 * 32
-    if stored != actual:
-        raise TarCorruption("corrupt tar header: checksum mismatch", url, offset=offset)
+        left -= len(chunk)
+    return count - left
 
 
 def _read_exact(stream: IO[bytes], size: int) -> bytes:
@@ -147,68 +135,165 @@ def _read_exact(stream: IO[bytes], size: int) -> bytes:
     return b"".join(parts)
 
 
-def read_members(stream: IO[bytes], url: str, start: int = 0) -> Iterator[TarMember]:
+def read_members(
+    stream: IO[bytes],
+    url: str,
+    start: int = 0,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+) -> Iterator[TarMember]:
     """Yield the regular files of the archive in ``stream``, from header offset ``start``.
 
     ``stream`` is positioned at ``start`` first (seek, or read-and-discard if it cannot
     seek). Directories, links and other special members are skipped; the archive ends at
-    a zero block. Raises `SampleError` for an empty file and for an end of stream before
-    the zero block (a cut archive). The caller owns (and closes) ``stream``.
+    a zero block. A member over ``max_member_bytes`` comes with ``refused`` set and no
+    data. Raises `SampleError` for an empty file, a malformed header and an end of stream
+    before the zero block (a cut archive). The caller owns (and closes) ``stream``.
     """
     _skip_to(stream, start, url)
-    position = start
-    long_name: str | None = None
-    first = start
-    while True:
-        header = _read(stream, BLOCK, url, position, "")
-        if not header:
-            if position == 0:
-                raise TarTruncation("empty shard: 0 bytes, not a tar archive", url, offset=0)
-            raise TarTruncation(
-                "shard cut short: it ends without tar's end-of-archive blocks", url, offset=position
-            )
-        if header == _ZERO_BLOCK:
+    return _Walk(stream, url, start, max_member_bytes).members()
+
+
+class _Walk:
+    """One pass over the headers. Extension headers (pax ``x``, GNU ``L``/``K``) apply to
+    the member after them; ``first`` is where that member's first header starts."""
+
+    def __init__(self, stream: IO[bytes], url: str, start: int, max_member_bytes: int) -> None:
+        self.stream = stream
+        self.url = url
+        self.position = start
+        self.first = start
+        self.max_member_bytes = max_member_bytes
+        self.pax: dict[str, str] | None = None
+        self.long_name: str | None = None
+        self.long_link = False
+
+    def members(self) -> Iterator[TarMember]:
+        while True:
+            block = _read(self.stream, BLOCK, self.url, self.position, "")
+            if not block:
+                raise self._cut()
+            if block == _ZERO_BLOCK:
+                if self.first != self.position:
+                    raise self._corrupt("an extended header with no member after it")
+                return
+            header = parse_header(block, self.url, self.position)
+            member = self._take(header)
+            if member is not None:
+                yield member
+
+    def _take(self, header: Header) -> TarMember | None:
+        kind = header.kind
+        if kind in PAX_KINDS or kind == PAX_GLOBAL or kind in (GNU_LONG_NAME, GNU_LONG_LINK):
+            self._extension(header)
+            return None
+        if kind == GNU_SPARSE or (self.pax and any(k.startswith("GNU.sparse.") for k in self.pax)):
+            raise self._corrupt("a GNU sparse member (not supported)")
+        name, size = self._name_and_size(header)
+        regular = kind in REGULAR_KINDS and not (kind == b"\0" and header.name.endswith("/"))
+        if not regular and size and (kind in NO_DATA_KINDS or kind == b"\0"):
+            raise self._corrupt(f"a type {kind!r} member with {size} bytes (readers disagree)")
+        data, refused = b"", ""
+        if regular and size > self.max_member_bytes:
+            refused = f"tar member {name!r} of {size} bytes is over max_member_bytes="
+            refused += f"{self.max_member_bytes}"
+            self._skip(size, name)
+        elif regular:
+            data = self._data(size, name)
+        elif kind not in NO_DATA_KINDS and kind != b"\0":
+            self._skip(size, "")  # an unknown type: its data is skipped, as tarfile does
+        first = self.first
+        self.pax, self.long_name, self.long_link = None, None, False
+        member = TarMember(name, data, first, self._advance(size), refused)
+        return member if regular else None
+
+    def _name_and_size(self, header: Header) -> tuple[str, int]:
+        name, size = self.long_name or header.name, header.size
+        pax = self.pax or {}
+        if "path" in pax:
+            name = pax["path"].rstrip("/")
+        if "size" in pax:
+            size = _pax_size(pax["size"], self.url, self.position)
+        if not name:
+            raise self._corrupt("a member without a name")
+        return name, size
+
+    def _extension(self, header: Header) -> None:
+        kind = header.kind
+        if header.size > MAX_EXTENDED_BYTES:
+            raise self._corrupt(f"an extended header of {header.size} bytes")
+        data = self._data(header.size, "")
+        if kind == PAX_GLOBAL:
+            if self.first != self.position:
+                raise self._corrupt("a pax global header between a member's headers")
+            records = parse_pax(data, self.url, self.position)
+            refused = [key for key in _GLOBAL_REFUSED if key in records]
+            if refused or any(key.startswith("GNU.sparse.") for key in records):
+                raise self._corrupt(f"a pax global header that sets {refused or 'sparse'}")
+            self.first = self._advance(header.size)
             return
-        _check_header(header, url, position)
-        size = _number(header[124:136], url, position)
-        kind = header[156]
-        name = long_name or _member_name(header)
-        key = _key(name) if kind in _REGULAR else ""
-        data = _read(stream, size, url, position, key)
+        if kind in PAX_KINDS and self.pax is None and self.long_name is None:
+            self.pax = parse_pax(data, self.url, self.position)
+        elif kind == GNU_LONG_NAME and self.long_name is None and self.pax is None:
+            self.long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        elif kind == GNU_LONG_LINK and not self.long_link and self.pax is None:
+            self.long_link = True  # a link's target: nothing a regular file needs
+        else:  # tarfile takes the first of two, GNU tar the last: refuse the ambiguity
+            raise self._corrupt("more than one extended header for one member")
+        self._advance(header.size)
+
+    def _data(self, size: int, name: str) -> bytes:
+        """The ``size`` bytes after the header (and its padding); ``name``: the regular
+        member they belong to, if any (its sample is named in errors)."""
+        data = _read(self.stream, size, self.url, self.position, name)
         if len(data) < size:
-            raise TarTruncation(f"truncated tar member {name!r}", url, key, position)
-        padding = -size % BLOCK
-        if padding:
-            _read(stream, padding, url, position, key)
-        end = position + BLOCK + size + padding
-        if kind == ord("x"):
-            long_name = _pax_path(data) or long_name
-        elif kind == ord("L"):
-            long_name = _text(data)
-        elif kind in _REGULAR:
-            yield TarMember(name, data, first, end)
-            long_name = None
-        else:
-            long_name = None  # directories, links, global pax headers: nothing to yield
-        position = end
-        if long_name is None:
-            first = end
+            what = repr(name) if name else "extended header"
+            reason = f"truncated tar member {what}"
+            raise TarTruncation(reason, self.url, _key(name), self.position)
+        if size % BLOCK:
+            _read(self.stream, -size % BLOCK, self.url, self.position, name)
+        return data
+
+    def _skip(self, size: int, name: str) -> None:
+        padded = size + -size % BLOCK
+        try:
+            skipped = _discard(self.stream, padded)
+        except Exception as error:
+            reason = f"cannot read archive: {type(error).__name__}: {error}"
+            raise TarReadError(reason, self.url, _key(name), self.position) from error
+        if skipped < size:
+            raise TarTruncation("truncated tar member", self.url, _key(name), self.position)
+
+    def _advance(self, size: int) -> int:
+        """Move past the header at ``position`` and its ``size`` bytes of data."""
+        self.position += BLOCK + size + -size % BLOCK
+        if self.pax is None and self.long_name is None and not self.long_link:
+            self.first = self.position
+        return self.position
+
+    def _cut(self) -> TarTruncation:
+        if self.position == 0:
+            return TarTruncation("empty shard: 0 bytes, not a tar archive", self.url, offset=0)
+        reason = "shard cut short: it ends without tar's end-of-archive blocks"
+        return TarTruncation(reason, self.url, offset=self.position)
+
+    def _corrupt(self, what: str) -> TarCorruption:
+        return TarCorruption(f"corrupt tar archive: {what}", self.url, offset=self.position)
 
 
-def _member_name(header: bytes) -> str:
-    name = _text(header[0:100])
-    prefix = _text(header[345:500]) if header[257:262] == b"ustar" else ""
-    return f"{prefix}/{name}" if prefix else name
+def _pax_size(value: str, url: str, offset: int) -> int:
+    if not value.isascii() or not value.isdigit():
+        raise TarCorruption(f"corrupt pax header: size {value!r}", url, offset=offset)
+    return int(value)
 
 
 def _key(name: str) -> str:
-    parts = split_name(name)
+    parts = split_name(name) if name else None
     return parts[0] if parts else ""
 
 
-def _read(stream: IO[bytes], size: int, url: str, offset: int, key: str) -> bytes:
+def _read(stream: IO[bytes], size: int, url: str, offset: int, name: str) -> bytes:
     """``size`` bytes (fewer only at the end); a failing stream becomes `TarReadError`
-    naming the member's sample (``key``) when its header was read."""
+    naming the sample of member ``name`` when its header was read."""
     try:
         return _read_exact(stream, size)
     except SampleError:
@@ -216,7 +301,7 @@ def _read(stream: IO[bytes], size: int, url: str, offset: int, key: str) -> byte
     except Exception as error:  # a remote read that gave up, a corrupt gzip stream, ...
         verb = "cannot open" if isinstance(error, FileNotFoundError) else "cannot read archive"
         reason = f"{verb}: {type(error).__name__}: {error}"
-        raise TarReadError(reason, url, key, offset) from error
+        raise TarReadError(reason, url, _key(name), offset) from error
 
 
 @dataclass(frozen=True)
@@ -255,7 +340,7 @@ def _is_header(block: bytes) -> bool:
     if block[257:262] != b"ustar":
         return False
     try:
-        _check_header(block, "", 0)
+        parse_header(block, "", 0)
     except SampleError:
         return False
     return True

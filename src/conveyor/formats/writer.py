@@ -19,7 +19,7 @@ from typing import IO, Any, Self
 
 import numpy as np
 
-from conveyor.storage import is_local
+from conveyor.storage import is_local, redact_url
 
 __all__ = ["ShardWriter", "TarWriter", "encode_value"]
 
@@ -68,7 +68,8 @@ def _open_output(url: str) -> IO[bytes]:
     try:
         import fsspec
     except ImportError as error:
-        raise ImportError(f"writing {url!r} needs: pip install conveyor[remote]") from error
+        shown = redact_url(url)
+        raise ImportError(f"writing {shown!r} needs: pip install conveyor[remote]") from error
     stream: IO[bytes] = fsspec.open(url, "wb").open()
     return stream
 

@@ -5,7 +5,7 @@ Remote reads have timeouts and retries (`RemoteOptions`) and resume at the byte 
 reached (`RangedReader`). This package never imports torch.
 """
 
-from conveyor.storage.cache import ShardCache
+from conveyor.storage.cache import ShardCache, ShardCacheWarning
 from conveyor.storage.filesystems import (
     DEFAULT_BLOCK_BYTES,
     FileSystem,
@@ -20,15 +20,18 @@ from conveyor.storage.filesystems import (
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.patterns import expand_braces, resolve_urls
 from conveyor.storage.ranged import RangedReader
-from conveyor.storage.retry import RemoteReadError, failed_requests
+from conveyor.storage.redaction import redact_text, redact_url
+from conveyor.storage.retry import ObjectChangedError, RemoteReadError, failed_requests
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "FileSystem",
+    "ObjectChangedError",
     "RangedReader",
     "RemoteOptions",
     "RemoteReadError",
     "ShardCache",
+    "ShardCacheWarning",
     "expand_braces",
     "failed_requests",
     "get_filesystem",
@@ -36,6 +39,8 @@ __all__ = [
     "list_files",
     "open_url",
     "prepare_url",
+    "redact_text",
+    "redact_url",
     "release_connections",
     "resolve_urls",
     "scheme_of",

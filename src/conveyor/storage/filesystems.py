@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.ranged import RangedReader, RangeSource
+from conveyor.storage.redaction import redact_url
 from conveyor.storage.retry import Failure, RetryRun
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ __all__ = [
     "LocalFileSystem",
     "RemoteFileSystem",
     "get_filesystem",
+    "has_glob",
     "is_local",
     "list_files",
     "open_url",
@@ -90,6 +92,14 @@ def scheme_of(url: str) -> str:
 def is_local(url: str) -> bool:
     """True for plain paths and ``file://`` URLs."""
     return scheme_of(url) in ("", "file")
+
+
+def has_glob(url: str) -> bool:
+    """``*?[`` in the path; an HTTP(S) URL's query (a presigned URL's signature) is no glob."""
+    path = url.split("://", 1)[-1]
+    if scheme_of(url) in ("http", "https"):
+        path = path.split("?", 1)[0]
+    return any(char in path for char in "*?[")
 
 
 def _local_path(url: str) -> str:
@@ -211,7 +221,8 @@ class RemoteFileSystem:
         return classify_http(error, self.options)
 
     def _retrying(self, url: str, call: Callable[[], T]) -> T:
-        """``call()``, tried again on retryable failures (others raise as they are)."""
+        """``call()``, tried again on retryable failures; a missing object raises
+        FileNotFoundError (URL redacted), other failures raise as they are."""
         if self.scheme not in _HTTP_SCHEMES | _S3_SCHEMES:
             return call()
         run = RetryRun(self.options, url)
@@ -220,9 +231,9 @@ class RemoteFileSystem:
                 result = call()
             except Exception as error:
                 failure = self._classify(error)
-                if not failure.retryable:
+                if not failure.retryable and not failure.missing:
                     raise
-                run.failed(failure, None)
+                run.failed(failure, None)  # a missing object: FileNotFoundError, URL redacted
             else:
                 run.reset()  # the host answered
                 return result
@@ -269,7 +280,7 @@ class RemoteFileSystem:
             reader.read(1)
             size = getattr(reader, "size", None)
         if size is None:
-            raise OSError(f"{url}: the server does not say the object's size")
+            raise OSError(f"{redact_url(url)}: the server does not say the object's size")
         return int(size)
 
 
@@ -282,8 +293,8 @@ def _import_fsspec(url: str) -> Any:
         import fsspec
     except ImportError as error:
         raise ImportError(
-            f"reading {url!r} needs fsspec (and s3fs for s3://, aiohttp for http(s)://): "
-            f"{_REMOTE_HINT}"
+            f"reading {redact_url(url)!r} needs fsspec (and s3fs for s3://, aiohttp for "
+            f"http(s)://): {_REMOTE_HINT}"
         ) from error
     return fsspec
 
@@ -329,7 +340,7 @@ def get_filesystem(
             _with_defaults(scheme, options, remote)
             fs = fsspec.filesystem(scheme, skip_instance_cache=True, **options)
         except ImportError as error:
-            raise ImportError(f"reading {url!r}: {error}; {_REMOTE_HINT}") from error
+            raise ImportError(f"reading {redact_url(url)!r}: {error}; {_REMOTE_HINT}") from error
         found = _remote[key] = RemoteFileSystem(fs, scheme, remote)
     return found
 
@@ -351,7 +362,7 @@ def open_url(
     fs = get_filesystem(url, storage_options, remote)
     if cache is None or fs is _LOCAL:
         return fs.open(url, block_size)
-    return cache.open(url, lambda: fs.open(url, block_size))
+    return cache.open(url, lambda: fs.open(url, block_size), storage_options)
 
 
 def prepare_url(
@@ -387,15 +398,16 @@ def list_files(
     FileNotFoundError naming ``root`` when nothing exists there.
     """
     fs = get_filesystem(root, storage_options, remote)
-    if any(char in root.rsplit("://", maxsplit=1)[-1] for char in "*?["):
+    if has_glob(root):
         files = fs.glob(root)
     elif fs.isdir(root):
         files = fs.find(root, recursive)
     else:
         try:
             fs.size(root)
-        except FileNotFoundError as error:
-            raise FileNotFoundError(f"list_files: {root!r} does not exist") from error
+        except FileNotFoundError:
+            shown = redact_url(root)
+            raise FileNotFoundError(f"list_files: {shown!r} does not exist") from None
         files = [root]
     patterns = _masks(masks)
     if patterns:

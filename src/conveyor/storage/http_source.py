@@ -51,7 +51,7 @@ def status_failure(status: int, reason: str) -> Failure:
         return Failure(reason, retryable=False, status=status, missing=True)
     if status == 412:
         reason += " (the object changed while it was read: its ETag differs)"
-        return Failure(reason, retryable=False, status=status)
+        return Failure(reason, retryable=False, status=status, changed=True)
     return Failure(reason, is_retryable_status(status), status)
 
 
@@ -119,15 +119,16 @@ class HttpSource:
             headers["If-Match"] = etag
         response = await session.get(self.fs.encode_url(self.url), headers=headers, **kwargs)
         status = response.status
+        version = response.headers.get("ETag"), response.headers.get("Last-Modified")
         if status == 206:
             first, last, total = _content_range(response.headers.get("Content-Range"))
             length = response.content_length
             first = start if first is None else first
             last = last if last is not None else (None if length is None else first + length)
-            return Answer(response, first, last, total, response.headers.get("ETag"))
+            return Answer(response, first, last, total, *version)
         if status == 200:  # the whole object: a server that ignores Range
             length = response.content_length
-            return Answer(response, 0, length, length, response.headers.get("ETag"))
+            return Answer(response, 0, length, length, *version)
         response.release()
         if status == 416:  # asked past the end
             _, _, total = _content_range(response.headers.get("Content-Range"))

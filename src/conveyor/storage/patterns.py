@@ -6,8 +6,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conveyor.storage.filesystems import get_filesystem
+from conveyor.storage.filesystems import get_filesystem, has_glob
 from conveyor.storage.options import RemoteOptions
+from conveyor.storage.redaction import redact_url
 
 __all__ = ["expand_braces", "resolve_urls"]
 
@@ -42,11 +43,6 @@ def expand_braces(pattern: str) -> list[str]:
     return expanded
 
 
-def _has_glob(url: str) -> bool:
-    path = url.split("://", 1)[-1]
-    return any(char in path for char in "*?[")
-
-
 def resolve_urls(
     urls: str | Iterable[str],
     storage_options: Mapping[str, Any] | None = None,
@@ -60,11 +56,11 @@ def resolve_urls(
     resolved: list[str] = []
     for entry in entries:
         for url in expand_braces(str(entry)):
-            if not _has_glob(url):
+            if not has_glob(url):
                 resolved.append(url)
                 continue
             matches = get_filesystem(url, storage_options, remote).glob(url)
             if not matches:
-                raise FileNotFoundError(f"no shard matches {url!r}")
+                raise FileNotFoundError(f"no shard matches {redact_url(url)!r}")
             resolved.extend(matches)
     return resolved

@@ -5,18 +5,19 @@ reached: the unit of work of read-ahead (`conveyor.storage.readahead`).
 ranges in flight as coroutines of the fsspec file system's event loop, so retries wait
 there (``asyncio.sleep``) rather than blocking the thread. The rules are the same: a failed
 or cut request is asked again from the first byte not yet received, under the object's
-`RetryRun` (timeouts, backoff, budget of `RemoteOptions`), with ``If-Match`` on the ETag
-of the first answer so that an object replaced mid-read fails instead of mixing versions.
+`RetryRun` (timeouts, backoff, budget of `RemoteOptions`), and every answer must come from
+the version of the first one (`conveyor.storage.pinning`: ``If-Match`` and a comparison),
+so that an object replaced mid-read fails instead of mixing versions.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.ranged import Answer
-from conveyor.storage.retry import Failure, RetryRun
+from conveyor.storage.retry import Failure, ObjectChangedError, RetryRun, classify_failure
 
 __all__ = ["AsyncRangeSource", "ObjectFacts", "fetch_range"]
 
@@ -44,14 +45,6 @@ class AsyncRangeSource(Protocol):
         ...
 
 
-@dataclass
-class ObjectFacts:
-    """What the first answer told about the object; shared by all its ranges."""
-
-    size: int | None = None
-    etag: str | None = None
-
-
 async def fetch_range(
     source: AsyncRangeSource, start: int, end: int, facts: ObjectFacts, run: RetryRun
 ) -> bytes:
@@ -77,7 +70,7 @@ async def fetch_range(
             continue  # a shorter range than asked for: ask for the rest
         if error is None:
             error = ConnectionError(f"answer ended at byte {reached} of {end}")
-        await asyncio.sleep(run.delay_after(source.classify(error), reached))
+        await asyncio.sleep(run.delay_after(classify_failure(error, source.classify), reached))
     run.reset()
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -87,10 +80,13 @@ async def _one_request(
 ) -> tuple[bytes, BaseException | None, bool]:
     """One request from ``start``: its bytes, the error that cut it (if any), and whether
     the range is complete (all of it, or the object's end)."""
-    answer = await source.arequest(start, end, facts.etag)
-    if answer.total is not None:
-        facts.size = answer.total
-    facts.etag = facts.etag or answer.etag
+    answer = await source.arequest(start, end, facts.if_match())
+    try:
+        facts.admit(answer)  # another version of the object: final, nothing of it is used
+    except ObjectChangedError:
+        if answer.handle is not None:
+            await source.arelease(answer.handle)
+        raise
     if answer.handle is None:  # past the end
         return b"", None, True
     try:

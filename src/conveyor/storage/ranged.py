@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from conveyor.storage.options import RemoteOptions
-from conveyor.storage.retry import Failure, RetryRun
+from conveyor.storage.pinning import ObjectFacts
+from conveyor.storage.redaction import redact_url
+from conveyor.storage.retry import Failure, ObjectChangedError, RetryRun, classify_failure
 
 __all__ = ["FILL_BYTES", "Answer", "RangeSource", "RangedReader"]
 
@@ -37,13 +39,15 @@ SKIP_BYTES = 1 << 20
 @dataclass
 class Answer:
     """An open answer to one ranged request: bytes ``start`` up to ``end`` (exclusive, None
-    when unknown) of an object of ``total`` bytes (None when unknown)."""
+    when unknown) of an object of ``total`` bytes (None when unknown), with the version
+    the server named (``etag``, ``modified``: its ``Last-Modified``), if it did."""
 
     handle: Any
     start: int
     end: int | None
     total: int | None
     etag: str | None = None
+    modified: str | None = None
 
 
 class RangeSource(Protocol):
@@ -52,7 +56,8 @@ class RangeSource(Protocol):
     url: str
 
     def request(self, start: int, end: int, etag: str | None) -> Answer:
-        """Ask for bytes ``[start, end)`` (``If-Match: etag`` when given); raises on failure.
+        """Ask for bytes ``[start, end)`` (``If-Match: etag`` when given); raises on failure
+        (a 412 answer to ``If-Match`` is classified as a changed object).
 
         An answer may start before ``start`` only when the server ignores ranges (then
         ``start`` of the answer is 0); a range past the end gives an empty answer."""
@@ -100,7 +105,7 @@ class RangedReader(io.BufferedIOBase):
         self._taken = 0  # bytes of _buffer already given to the caller
         self._position = 0  # next byte the caller reads
         self._answer: Answer | None = None
-        self._etag: str | None = None
+        self._facts = ObjectFacts()  # the first answer's version pins every later range
 
     # -- the state: position <= fetched; buffer[taken:] holds bytes [position, fetched)
 
@@ -125,25 +130,37 @@ class RangedReader(io.BufferedIOBase):
             if self.size is not None:
                 end = min(end, self.size)
             try:
-                answer = self._source.request(start, end, self._etag)
+                answer = self._source.request(start, end, self._facts.if_match())
+                self._admit(answer)
             except Exception as error:
-                self._retry.failed(self._source.classify(error), start)
+                self._retry.failed(classify_failure(error, self._source.classify), start)
                 continue
             if answer.total is not None:
                 self.size = answer.total
-            self._etag = self._etag or answer.etag
             if answer.start < start:  # a server without ranges: read through to `start`
                 self._answer = answer
                 self._discard_answer_bytes(start - answer.start)
             self._answer = answer
             return
 
+    def _admit(self, answer: Answer) -> None:
+        """``answer`` if it comes from the version read so far; else it is closed unread and
+        `ObjectChangedError` raised (final: no byte of another version is ever used)."""
+        try:
+            self._facts.admit(answer)
+        except ObjectChangedError:
+            if answer.handle is not None:
+                with contextlib.suppress(Exception):
+                    self._source.release(answer)
+            raise
+
     def _discard_answer_bytes(self, count: int) -> None:
         assert self._answer is not None
         while count > 0:
             data, error = self._source.read(self._answer, min(count, self._fill_bytes))
             if error is not None or not data:
-                raise error or OSError(f"{self.url}: answer ended before the requested range")
+                shown = redact_url(self.url)
+                raise error or OSError(f"{shown}: answer ended before the range asked for")
             count -= len(data)
 
     def _drop_answer(self) -> None:
@@ -246,7 +263,7 @@ class RangedReader(io.BufferedIOBase):
             if self.size is None:
                 self._fill(1)  # the first answer says the size
             if self.size is None:
-                raise OSError(f"{self.url}: size unknown, cannot seek from the end")
+                raise OSError(f"{redact_url(self.url)}: size unknown, cannot seek from the end")
             offset += self.size
         elif whence != io.SEEK_SET:
             raise ValueError(f"invalid whence {whence}")
@@ -277,7 +294,7 @@ class RangedReader(io.BufferedIOBase):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise ValueError(f"I/O operation on closed reader of {self.url}")
+            raise ValueError(f"I/O operation on closed reader of {redact_url(self.url)}")
 
     def close(self) -> None:
         if self.closed:

@@ -46,6 +46,7 @@ from typing import Any
 
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.range_fetch import AsyncRangeSource, ObjectFacts, fetch_range
+from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError, RetryRun
 
 __all__ = [
@@ -186,19 +187,20 @@ class ReadAheadStream(io.RawIOBase):
         return self._index(size - 1) + 1 if size > 0 else 1
 
     def _wait(self, future: Future[Any], what: str) -> Any:
+        shown = redact_url(self.url)
         try:
             return future.result(self.timeout)
         except CancelledError:
-            raise OSError(f"read-ahead of {self.url!r} ({what}) was cancelled") from None
+            raise OSError(f"read-ahead of {shown!r} ({what}) was cancelled") from None
         except TimeoutError:
             raise OSError(
-                f"read-ahead of {self.url!r} ({what}): no answer in {self.timeout} s"
+                f"read-ahead of {shown!r} ({what}): no answer in {self.timeout} s"
             ) from None
         except (FileNotFoundError, RemoteReadError):
             raise  # final, and already naming the object and the byte offset
         except Exception as error:
-            reason = f"{type(error).__name__}: {error}"
-            raise OSError(f"read-ahead of {self.url!r} ({what}): {reason}") from error
+            reason = redact_text(f"{type(error).__name__}: {error}")
+            raise OSError(f"read-ahead of {shown!r} ({what}): {reason}") from None
 
     def _block(self, index: int) -> bytes:
         if self._current is not None and self._current[0] == index:

@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from conveyor.storage.options import RemoteOptions
+from conveyor.storage.redaction import redact_text, redact_url
 
-__all__ = ["Failure", "RemoteReadError", "RetryRun", "failed_requests", "is_retryable_status"]
+__all__ = [
+    "Failure",
+    "ObjectChangedError",
+    "RemoteReadError",
+    "RetryRun",
+    "classify_failure",
+    "failed_requests",
+    "is_retryable_status",
+]
 
 _failed_requests = 0
 _answered_hosts: set[str] = set()  # hosts that answered a request in this process
@@ -58,6 +67,11 @@ class RemoteReadError(OSError):
         return (type(self), (self.message, self.url, self.status, self.offset, self.attempts))
 
 
+class ObjectChangedError(RemoteReadError):
+    """The object was replaced while it was read (another ETag, size or modification time,
+    or HTTP 412 to ``If-Match``): final, since its bytes so far belong to another version."""
+
+
 def is_retryable_status(status: int) -> bool:
     """5xx, 408 (request timeout) and 429 (too many requests) are worth another try."""
     return status >= 500 or status in (408, 429)
@@ -78,6 +92,15 @@ class Failure:
     status: int | None = None
     missing: bool = False
     refused: bool = False
+    changed: bool = False
+
+
+def classify_failure(error: BaseException, classify: Callable[[BaseException], Failure]) -> Failure:
+    """``classify(error)`` (the backend's rules), except for `ObjectChangedError`, which a
+    reader raised itself on comparing an answer with the first one: final."""
+    if isinstance(error, ObjectChangedError):
+        return Failure(error.message, retryable=False, status=error.status, changed=True)
+    return classify(error)
 
 
 def classify_builtin(error: BaseException, read_timeout_s: float) -> Failure | None:
@@ -117,7 +140,7 @@ class RetryRun:
     ) -> None:
         self.options = options
         self.url = url
-        self._host = urlsplit(url).netloc
+        self._host = urlsplit(url).netloc.rpartition("@")[2]  # no user:password in messages
         self._clock = clock
         self._sleep = sleep
         self._random = random.Random()
@@ -145,30 +168,33 @@ class RetryRun:
             self._first_failure_at = now
         self.failures += 1
         self.total_failures += 1
-        where = self.url if offset is None else f"{self.url} at byte {offset}"
+        shown = redact_url(self.url)
+        where = shown if offset is None else f"{shown} at byte {offset}"
+        reason = redact_text(failure.reason)  # a client library's words may quote the URL
+        # ``from None``: the client's exception (being handled by the caller, maybe) would be
+        # printed with the traceback, and its words may quote the URL unredacted
         if failure.missing:
-            raise FileNotFoundError(f"{where}: {failure.reason}")
+            raise FileNotFoundError(f"{where}: {reason}") from None
         options = self.options
         if failure.status is not None:
             _answered_hosts.add(self._host)  # an HTTP status: the host is there
         if failure.refused and self._host not in _answered_hosts:
             raise RemoteReadError(
-                f"{failure.reason} reading {where}: nothing is listening at {self._host} "
+                f"{reason} reading {where}: nothing is listening at {self._host} "
                 "(a refused first connection is not retried; once the host has answered, "
                 "refusals are retried as a restarting server's)",
                 self.url,
                 None,
                 offset,
-            )
+            ) from None
         if not failure.retryable:
-            raise RemoteReadError(
-                f"{failure.reason} reading {where}", self.url, failure.status, offset
-            )
+            final = ObjectChangedError if failure.changed else RemoteReadError
+            raise final(f"{reason} reading {where}", self.url, failure.status, offset) from None
         delay = self._random.uniform(0.5, 1.0) * options.backoff_cap_s(self.failures - 1)
         spent = now - self._first_failure_at
         if self.failures > options.retries or spent + delay > options.retry_budget_s:
             raise RemoteReadError(
-                f"{failure.reason} reading {where}; gave up after {self.failures} failed "
+                f"{reason} reading {where}; gave up after {self.failures} failed "
                 f"attempt(s) in {spent:.1f} s (RemoteOptions(retries={options.retries}, "
                 f"retry_budget_s={options.retry_budget_s:g}, "
                 f"read_timeout_s={options.read_timeout_s:g}))",
@@ -176,5 +202,5 @@ class RetryRun:
                 failure.status,
                 offset,
                 self.failures,
-            )
+            ) from None
         return delay

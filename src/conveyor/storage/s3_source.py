@@ -119,11 +119,13 @@ class S3Source:
             raise
         match = _CONTENT_RANGE.match(str(response.get("ContentRange", "")))
         length = response.get("ContentLength")
+        modified = response.get("LastModified")
+        version = response.get("ETag"), None if modified is None else str(modified)
         if match is not None:
             first, last, total = match.groups()
             size = None if total == "*" else int(total)
-            return Answer(response["Body"], int(first), int(last) + 1, size, response.get("ETag"))
-        return Answer(response["Body"], 0, length, length, response.get("ETag"))
+            return Answer(response["Body"], int(first), int(last) + 1, size, *version)
+        return Answer(response["Body"], 0, length, length, *version)
 
     def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
         if answer.handle is None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +69,52 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_parse_size() -> None:
     assert parse_size("4096") == 4096 and parse_size("1.5kb") == 1500
     assert parse_size("2MiB") == 2 * 2**20 and parse_size("1G") == 10**9
+
+
+def _write(source: Path, pattern: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """The real command in its own process: a hang is a timeout here, not a stuck suite."""
+    command = [sys.executable, "-m", "conveyor.cli.main", "shards", "write", str(source), pattern]
+    return subprocess.run(
+        [*command, *flags], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _packed(pattern_dir: Path) -> dict[str, bytes]:
+    members = {}
+    for shard in sorted(pattern_dir.glob("*.tar")):
+        for sample in iter_samples(str(shard)):
+            for ext, data in sample.items():
+                if not ext.startswith("__"):
+                    members[f"{sample['__key__']}.{ext}"] = data
+    return members
+
+
+def test_write_skips_fifos_and_sockets_with_a_warning(source: Path, tmp_path: Path) -> None:
+    os.mkfifo(source / "000007.pipe")  # a reader blocks on it forever
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(source / "000008.sock"))
+        result = _write(source, str(tmp_path / "out" / "f-%d.tar"))
+    assert result.returncode == 0, result.stderr
+    assert "skipped 2 special file(s)" in result.stderr and "000007.pipe" in result.stderr
+    packed = _packed(tmp_path / "out")
+    assert "000007.pipe" not in packed and "000001.jpg" in packed
+
+
+def test_write_does_not_follow_links_out_of_the_source(source: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not for the shard")
+    os.symlink(secret, source / "000010.txt")  # out of the tree
+    os.symlink(source / "000001.cls", source / "000011.cls")  # inside: packed
+    os.symlink(tmp_path / "nothing", source / "000012.txt")  # broken
+    result = _write(source, str(tmp_path / "out" / "l-%d.tar"))
+    assert result.returncode == 0, result.stderr
+    assert "skipped 1 symlink(s) pointing outside" in result.stderr
+    assert "--follow-external-symlinks" in result.stderr
+    packed = _packed(tmp_path / "out")
+    assert "000010.txt" not in packed and packed["000011.cls"] == b"1"
+    assert b"not for the shard" not in b"".join(packed.values())
+
+    followed = _write(source, str(tmp_path / "out2" / "l-%d.tar"), "--follow-external-symlinks")
+    assert followed.returncode == 0, followed.stderr
+    assert _packed(tmp_path / "out2")["000010.txt"] == b"not for the shard"

@@ -99,3 +99,29 @@ def test_local_files_bypass_and_pickling(tmp_path: Path) -> None:
     assert (copy.directory, copy.max_bytes) == (cache.directory, 1000)
     with pytest.raises(ValueError, match="max_bytes"):
         ShardCache(tmp_path, 0)
+
+
+def test_entries_are_keyed_by_endpoint_and_never_by_secrets(tmp_path: Path) -> None:
+    """The key holds what identifies the object (URL, endpoint, region) and nothing secret:
+    no secret reaches a file name or a record, and new credentials keep the entry."""
+    cache = ShardCache(tmp_path / "c", max_bytes=10_000_000)
+    url = "s3://bucket/shard.tar"
+    a = {"key": "AKIA-never-on-disk", "secret": "s3cr3t-never-on-disk",
+         "client_kwargs": {"endpoint_url": "http://a:9000", "region_name": "x"},
+         "headers": {"Authorization": "Bearer t0ken-never-on-disk"}}  # fmt: skip
+    rotated = {**a, "secret": "another-s3cr3t", "token": "session-t0ken"}
+    b = {**a, "client_kwargs": {"endpoint_url": "http://b:9000", "region_name": "x"}}
+    assert cache.entry_path(url, a) == cache.entry_path(url, rotated)
+    assert cache.entry_path(url, a) != cache.entry_path(url, b) != cache.entry_path(url)
+    presigned = "https://h/b/shard.tar?X-Amz-Signature=s1gnature-never-on-disk&x=1"
+    assert "never-on-disk" not in cache.entry_path(presigned) + cache.entry_path(url, a)
+
+
+def test_an_entry_has_a_record_of_its_object(tmp_path: Path, remote: dict[str, bytes]) -> None:
+    cache = ShardCache(tmp_path / "c", max_bytes=10_000_000)
+    url = f"{ROOT}/a.tar"
+    with open_url(url, cache=cache) as stream:
+        stream.read()
+    records = [n for n in os.listdir(cache.directory) if n.endswith(".meta")]
+    assert len(records) == 1
+    assert ROOT in (tmp_path / "c" / records[0]).read_text()  # the URL, redacted

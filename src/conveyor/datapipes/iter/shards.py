@@ -21,6 +21,7 @@ from conveyor.distributed import world_and_rank
 from conveyor.engine.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
+from conveyor.formats.tar import DEFAULT_MAX_MEMBER_BYTES
 from conveyor.storage import (
     DEFAULT_BLOCK_BYTES,
     RemoteOptions,
@@ -219,6 +220,8 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         storage_options: fsspec options (e.g. ``{"endpoint_url": ...}`` for s3fs).
         cache: a `ShardCache` for remote shards (local shards are never copied).
         block_size: bytes read per request from a shard.
+        max_member_bytes: the largest tar member read (default 1 GiB); a larger one raises,
+            or is counted and its sample dropped under ``"skip"`` (see `TarArchiveLoader`).
         on_error: ``"raise"``, ``"skip"`` or an `ErrorPolicy`, shared by every stage and
             readable as ``errors``. ``"raise"`` delivers every complete sample read before
             the error (the shuffle buffer's too), then raises it; ``"skip"`` counts samples
@@ -243,6 +246,7 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         block_size: int = DEFAULT_BLOCK_BYTES,
         on_error: OnError | ErrorPolicy = "raise",
         remote: RemoteOptions | None = None,
+        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     ) -> None:
         self.errors = as_policy(on_error)
         self.shards = ShardLister(
@@ -262,7 +266,9 @@ class TarShards(IterDataPipe[dict[str, Any]]):
             on_error=self.errors,
             remote=remote,
         )
-        members = TarArchiveLoader(opened, stream=False, on_error=self.errors)
+        members = TarArchiveLoader(
+            opened, stream=False, on_error=self.errors, max_member_bytes=max_member_bytes
+        )
         samples: IterDataPipe[Any] = WebDataset(members, on_error=self.errors)
         samples = _EndBeforeError(samples, self.errors)
         samples = Shuffler(samples, buffer_size=shuffle_buffer).set_shuffle(shuffle)

@@ -14,10 +14,13 @@ from typing import IO, Any, Self
 from conveyor.datapipes.base import Cursor, IterDataPipe, StateDict, check_version, sub_state
 from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
-from conveyor.formats.grouping import SampleBuilder
+from conveyor.formats.grouping import SampleBuilder, split_name
+from conveyor.formats.loss_estimates import Loss
 from conveyor.formats.progress import ShardProgress
 from conveyor.formats.tar import (
+    DEFAULT_MAX_MEMBER_BYTES,
     TarCorruption,
+    TarMember,
     TarReadError,
     TarTruncation,
     open_archive,
@@ -71,6 +74,12 @@ class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
     of that archive is skipped and counted in samples (WebDataset keys): after a corrupt
     header the rest is read to find its keys; otherwise the count is an estimate.
 
+    Bounded: a member over ``max_member_bytes`` (default 1 GiB) is never read into memory;
+    it raises `SampleError`, or under ``"skip"`` its sample is counted and dropped (the
+    other members of that sample too, by ``webdataset``) and the archive read on. A
+    malformed header (pax records, GNU long names, numbers: see
+    `conveyor.formats.tar_headers`) ends the archive with an error in bounded time.
+
     State: the input's state before the current archive and the offset of the next
     member; resuming seeks there (O(1) on seekable streams, local or remote).
     """
@@ -83,9 +92,13 @@ class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
         *,
         stream: bool = True,
         on_error: OnError | ErrorPolicy = "raise",
+        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     ) -> None:
         if not mode.startswith("r"):
             raise ValueError(f"TarArchiveLoader reads archives only; mode {mode!r} is invalid")
+        if max_member_bytes < 0:
+            raise ValueError(f"max_member_bytes must be >= 0, got {max_member_bytes}")
+        self.max_member_bytes = max_member_bytes
         self.datapipe = datapipe
         self.mode = mode
         self.length = length
@@ -105,6 +118,7 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
     def __init__(self, node: TarArchiveLoader, state: StateDict | None) -> None:
         super().__init__(node.datapipe, state, "TarArchiveLoader", node.policy)
         self._as_stream = node.stream
+        self._max_member_bytes = node.max_member_bytes
 
     def expand(self, item: Any, position: Any) -> Expansion[tuple[str, Any]]:
         url, raw = item
@@ -114,8 +128,11 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
         stream = raw
         try:
             stream = open_archive(raw, url)
-            for member in read_members(stream, url, progress.start):
+            for member in read_members(stream, url, progress.start, self._max_member_bytes):
                 progress.saw(member)
+                if member.refused:
+                    self._refuse(url, member)
+                    continue
                 data = io.BytesIO(member.data) if self._as_stream else member.data
                 yield (TarMemberPath(url, member.name), data), member.end
         except SampleError as error:
@@ -131,6 +148,15 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
             )
             raise self._counted(failed, progress, raw, stream) from error
         progress.finished(_size_of(raw))
+
+    def _refuse(self, url: str, member: TarMember) -> None:
+        """A member that was not read (too large): raise, or count its sample and have the
+        grouping stage drop the rest of it."""
+        parts = split_name(member.name)
+        key = parts[0] if parts else ""
+        loss = Loss(1, (key,) if key else ())
+        self.policy.handle(SampleError(member.refused, url, key, member.offset, loss))
+        self.policy.dropped.add((url, key))
 
     def _counted(
         self, error: SampleError, progress: ShardProgress, raw: Any, stream: Any
@@ -266,9 +292,16 @@ class _GroupCursor(Cursor[dict[str, Any]]):
         return current
 
     def _complete(self, sample: dict[str, Any] | None) -> dict[str, Any] | None:
-        """``sample``, unless it is the last one of a shard that was cut short."""
+        """``sample``, unless it is the last one of a shard that was cut short, or lost a
+        member (both counted already)."""
+        if sample is None:
+            return None
+        dropped = self.policy.dropped
+        if dropped and (sample["__url__"], sample["__key__"]) in dropped:
+            dropped.discard((sample["__url__"], sample["__key__"]))
+            return None
         cut = self.policy.cut_short
-        if sample is None or not cut or sample["__url__"] not in cut:
+        if not cut or sample["__url__"] not in cut:
             return sample
         cut.discard(sample["__url__"])
         return None
