@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.utils.data as tud
+import torch.utils.data._utils.worker as tud_worker
 import torch.utils.data.dataloader as tud_loader
 import torch.utils.data.distributed as tud_distributed
 import torchdata.stateful_dataloader as tdata
@@ -314,6 +315,12 @@ class _ThreadProcess(threading.Thread):
     def pid(self) -> int:
         return id(self)
 
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:  # torch's worker loop set its worker-info global in this (main) process
+            tud_worker._worker_info = None
+
 
 class _ThreadQueue(queue.Queue[Any]):
     """MONAI's shim: a thread queue that looks like a process queue."""
@@ -348,6 +355,7 @@ def test_a_context_whose_process_is_a_thread_runs_thread_workers() -> None:
     )
     assert ours.worker_type == "thread"
     assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
+    assert tud.get_worker_info() is None  # the main process is no worker afterwards
     with pytest.raises(ValueError, match="starts its workers as threads"):
         conveyor.DataLoader(
             _Squares(),
