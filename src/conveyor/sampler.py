@@ -13,6 +13,7 @@ pulling one index at a time through a Python generator.
 from __future__ import annotations
 
 import itertools
+from abc import ABCMeta
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import Any, TypeVar, cast
 
@@ -25,6 +26,7 @@ from conveyor.torch_compat import (
     TorchSequentialSampler,
     TorchSubsetRandomSampler,
     TorchWeightedRandomSampler,
+    recognises_torch_class,
 )
 
 T_co = TypeVar("T_co", covariant=True)
@@ -51,14 +53,18 @@ def _chunked(cls: SamplerClass) -> SamplerClass:
     return cls
 
 
-class Sampler(TorchSampler[T_co]):
+class Sampler(TorchSampler[T_co], metaclass=ABCMeta):
     """Base class of index samplers. Same as `torch.utils.data.Sampler` (and a subclass of it,
-    as is every sampler here).
+    as is every sampler here; every torch sampler is an instance of this class too).
 
     Subclasses implement ``__iter__`` and may implement ``__len__``. There is deliberately
     no default ``__len__``: ``list(sampler)`` and friends fall back to ``__iter__`` only
     when ``__len__`` is missing.
     """
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> Any:
+        return recognises_torch_class(cls, Sampler, TorchSampler, subclass)
 
     def __iter__(self) -> Iterator[T_co]:
         raise NotImplementedError

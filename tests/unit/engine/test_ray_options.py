@@ -52,7 +52,7 @@ def test_ray_kind_is_chosen_and_pickles_with_its_settings() -> None:
         max_worker_restarts=3,
     )  # fmt: skip
     assert loader.worker_type == "ray"
-    kind = pickle.loads(pickle.dumps(loader._options.workers.kind))
+    kind = pickle.loads(pickle.dumps(loader._conveyor_options.workers.kind))
     assert isinstance(kind, RayWorkers)
     assert (kind.remote_args, kind.max_worker_restarts) == ({"num_cpus": 0.5}, 3)
 
