@@ -159,17 +159,3 @@ class StatefulDataLoader(DataLoader[T_co]):
             if ours.get("in_epoch") and "_num_yielded" in state_dict:
                 ours["yielded"] = int(state_dict["_num_yielded"])  # e.g. lowered by accelerate
         super().load_state_dict(ours)
-
-
-def _explicit_signature() -> inspect.Signature:
-    """torch's (and conveyor's) arguments by name, as torchdata's class declares them:
-    frameworks read ``inspect.signature(StatefulDataLoader.__init__)`` to check the keyword
-    arguments they pass on (torchtitan's ``ParallelAwareDataloader``)."""
-    parameters = [
-        p.replace(default=1) if p.name == "snapshot_every_n_steps" else p
-        for p in _SIGNATURE.parameters.values()
-    ]
-    return _SIGNATURE.replace(parameters=parameters)
-
-
-StatefulDataLoader.__init__.__signature__ = _explicit_signature()  # type: ignore[attr-defined]
