@@ -23,6 +23,7 @@ from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
 from conveyor.engine.plan import EpochHooks, LoadPlan
 from conveyor.engine.seeding import draw_base_seed
+from conveyor.engine.shared_records import share_records_default
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.engine.worker_kind import (
@@ -120,6 +121,13 @@ class DataLoader(TorchDataLoader[T_co]):
             error; each epoch that skipped any ends with a `BadSampleWarning` naming them.
         snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
             step is exact here (see ``state_dict``), so it changes nothing.
+        share_records: process workers read the dataset's large lists and tuples of plain
+            records (str, bytes, int, float, bool, None and tuples of these; 100,000 items
+            or more, as the dataset or its attributes) from one read-only shared-memory
+            table instead of copying them page by page (pytorch#13246), and spawn workers
+            get the table's handle instead of a pickle. The user's objects are not changed;
+            a list changed between epochs is seen changed. ``False`` (or the environment
+            variable ``CONVEYOR_SHARE_RECORDS=0``) turns it off. See docs/guide/workers.md.
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 
@@ -143,6 +151,7 @@ class DataLoader(TorchDataLoader[T_co]):
     fullsync = _Option[bool]("")
     profile_stages = _Option[bool]("")
     snapshot_every_n_steps = _Option[int | None]("")
+    share_records = _Option[bool]("workers")
 
     _options: LoaderOptions
     __initialized = False
@@ -176,6 +185,7 @@ class DataLoader(TorchDataLoader[T_co]):
         profile_stages: bool = False,
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
+        share_records: bool | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -195,6 +205,7 @@ class DataLoader(TorchDataLoader[T_co]):
             persistent_workers=persistent_workers,
             timeout_s=timeout,
             in_order=in_order,
+            share_records=share_records_default() if share_records is None else share_records,
         )
         errors = ErrorOptions(on_error, max_skipped)
         iterable_style = is_iterable_style(dataset)
@@ -230,7 +241,8 @@ class DataLoader(TorchDataLoader[T_co]):
         self._mirror_attributes()
         self.__initialized = True
         self.check_worker_number_rationality()
-        workers.kind.warm_up(workers)  # spawn/forkserver: the zygote starts importing now
+        # spawn/forkserver: the zygote starts importing now; large plain lists become tables
+        workers.kind.warm_up(workers, self._shareable_dataset())
 
     def _mirror_attributes(self) -> None:
         """Keep the options' values in the instance ``__dict__`` too, under torch's names.
@@ -254,7 +266,7 @@ class DataLoader(TorchDataLoader[T_co]):
     def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
         resolved = resolve_context(context, self.num_workers)
         self._options = self._options.changed("workers", multiprocessing_context=resolved)
-        self._options.workers.kind.warm_up(self._options.workers)
+        self._options.workers.kind.warm_up(self._options.workers, self._shareable_dataset())
 
     @property
     def worker_type(self) -> str:
@@ -274,6 +286,11 @@ class DataLoader(TorchDataLoader[T_co]):
                 f"{name} attribute should not be set after {type(self).__name__} is initialized"
             )
         object.__setattr__(self, name, value)  # not torch's __setattr__
+
+    def _shareable_dataset(self) -> Any:
+        """The dataset, whose large plain lists workers may read from shared tables; None
+        for a DataPipe graph (its nodes are prepared per worker, not shared)."""
+        return None if is_datapipe(self.dataset) else self.dataset
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""

@@ -15,7 +15,9 @@ The zygote reaps its workers (through pidfds) and reports each exit code on the 
 status pipe; the main process watches the workers through pidfds of its own, so a dead
 worker is noticed at once, exactly as with directly started processes. The worker
 set-up is re-pickled at every epoch and re-sent only when its bytes changed, so dataset
-mutations between epochs are seen exactly as with torch.
+mutations between epochs are seen exactly as with torch. Shared record tables in it
+(engine/shared_records.py) travel as file descriptors beside the pickle: its size, and
+the zygote's start, do not grow with them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 from conveyor.engine.seeding import EpochSeeds
 from conveyor.engine.shutdown import stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.transport.fd_pickle import dumps_with_fds, loads_with_fds
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
 _SETUP, _FORK, _ENVIRONMENT = "setup", "fork", "environment"
@@ -134,8 +137,9 @@ def zygote_main(control: connection.Connection) -> None:
                 return
             if message[0] == _ENVIRONMENT:
                 _adopt_environment(*message[1])
-            elif message[0] == _SETUP:
-                setup = pickle.loads(message[1])
+            elif message[0] == _SETUP:  # shared tables' descriptors follow the pickle
+                fds = [reduction.recv_handle(control) for _ in range(message[2])]
+                setup = loads_with_fds(message[1], fds)
             elif message[0] == _FORK:
                 try:
                     assert setup is not None
@@ -284,10 +288,8 @@ class Zygote:
 
         Connections in ``args`` travel to the zygote and are closed here by the caller.
         """
-        blob = pickle.dumps(
-            setup._replace(seeds=_NO_SEEDS),
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
+        # shared record tables travel as descriptors: the blob stays small, whatever their size
+        blob, table_fds = dumps_with_fds(setup._replace(seeds=_NO_SEEDS))
         digest = hashlib.blake2b(blob, digest_size=16).digest()
         status_r, status_w = self._context.Pipe(duplex=False)
         handles: list[int] = []
@@ -311,7 +313,9 @@ class Zygote:
                 self._control.send((_ENVIRONMENT, environment))
                 self._environment_digest = environment_digest
             if digest != self._setup_digest:
-                self._control.send((_SETUP, blob))
+                self._control.send((_SETUP, blob, len(table_fds)))
+                for fd in table_fds:
+                    reduction.send_handle(self._control, fd, pid)
                 self._setup_digest = digest
             self._control.send((_FORK, request))
             reduction.send_handle(self._control, status_w.fileno(), pid)
