@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -100,6 +101,36 @@ def test_spawned_workers_get_the_tables_handle_not_its_pickle(
     assert {kind for _, kind, _ in items} == {"RecordTable"}
     assert len(sent) == 1 and sent[0][1] == 1  # one table, as a descriptor
     assert sent[0][0] < 20_000  # the pickle of 20,000 records alone is ~700 KB
+
+
+class _FilesWithACounter(FileList):
+    """Holds a multiprocessing Value: only a spawning Process may pickle it, so the workers
+    are started by ``Process.start`` (not the zygote) and the table goes as a DupFd."""
+
+    def __init__(self, records: list[Any], context: Any):
+        super().__init__(records)
+        self.calls = context.Value("i", 0)
+
+
+@pytest.fixture(scope="module")
+def _multiprocessing_heap() -> Iterator[Any]:
+    """multiprocessing keeps one shared heap per process for good: open it before the leak
+    guard takes its baseline."""
+    yield torch.multiprocessing.get_context("spawn").Value("i", 0)
+
+
+def test_workers_started_by_process_start_get_the_descriptor_too(
+    _multiprocessing_heap: Any,
+) -> None:
+    context = torch.multiprocessing.get_context("spawn")
+    records = file_records(N)
+    loader = conveyor.DataLoader(
+        _FilesWithACounter(records, context), batch_size=500, num_workers=2,
+        collate_fn=list, multiprocessing_context=context,
+    )  # fmt: skip
+    items = _items(loader)
+    assert [item[0] for item in items] == records
+    assert {kind for _, kind, _ in items} == {"RecordTable"}
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

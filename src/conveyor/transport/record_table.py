@@ -37,6 +37,7 @@ _MARSHAL_VERSION = 4
 _CHUNK = 1 << 16  # records encoded per step: bounds the transient per-record bytes objects
 _NESTING_LIMIT = 8
 _ALLOWED = _PLAIN_SCALARS | {tuple}
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def can_share_memory() -> bool:
@@ -135,19 +136,24 @@ class RecordTable(Sequence[Any]):
             layout = _encode(fd, records)
             with contextlib.suppress(OSError):  # seals are a safeguard, not a requirement
                 fcntl_seal(fd)
-            self._attach(fd, layout)
+            self._attach(fd, layout, populate=True)
         except BaseException:
             os.close(fd)
             raise
         self._fd: int | None = fd
 
-    def _attach(self, fd: int | None, layout: TableLayout, buffer: Any = None) -> None:
+    def _attach(
+        self, fd: int | None, layout: TableLayout, buffer: Any = None, populate: bool = False
+    ) -> None:
         self._layout = layout
         self._private: list[Any] | None = None
         total = layout.offsets_start + layout.offset_bytes * (layout.length + 1)
         if buffer is None:
             assert fd is not None
-            buffer = mmap.mmap(fd, total, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            # the builder maps every page now, so that the table counts in its PSS from the
+            # start (an unmapped memfd page is in nobody's); receivers map pages as they read
+            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
+            buffer = mmap.mmap(fd, total, flags=flags, prot=mmap.PROT_READ)
         self._map = buffer
         whole = memoryview(buffer)
         self._data = whole[: layout.data_bytes]
