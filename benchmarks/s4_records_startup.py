@@ -2,7 +2,7 @@
 
 The dataset holds N ``(path, label)`` records as a plain Python list (no user code
 change). Each measurement runs in a fresh interpreter: build the list, build the
-DataLoader (conveyor builds its shared table here), spend ``--build-s`` seconds busy on
+DataLoader (batch 64; conveyor builds its shared table here), spend ``--build-s`` seconds busy on
 one core (the model being built: conveyor's zygote imports torch meanwhile), then time
 ``iter()`` to the first batch, and the first batch of a second epoch (non-persistent
 workers: new workers). conveyor and torch alternate; torch runs only up to
@@ -10,6 +10,7 @@ workers: new workers). conveyor and torch alternate; torch runs only up to
 10 M records would need ~10 GB).
 
     python benchmarks/s4_records_startup.py --reps 3
+    python benchmarks/s4_records_startup.py --reps 3 --shuffle
     python benchmarks/s4_records_startup.py --sizes 1200000 --num-workers 8 --reps 5
 """
 
@@ -37,7 +38,7 @@ CHILD = textwrap.dedent(
         module = conveyor if {ours!r} else tud
         dataset = Records({n})
         start = time.perf_counter()
-        loader = module.DataLoader(dataset, batch_size=64, shuffle=True,
+        loader = module.DataLoader(dataset, batch_size=64, shuffle={shuffle},
                                    num_workers={workers}, multiprocessing_context={context!r})
         construct = time.perf_counter() - start
         busy_until = time.perf_counter() + {build_s}
@@ -64,6 +65,7 @@ def _measure(ours: bool, n: int, args: argparse.Namespace) -> tuple[float, float
         workers=args.num_workers,
         context=args.context,
         build_s=args.build_s,
+        shuffle=args.shuffle,
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True
@@ -80,6 +82,11 @@ def main() -> None:
     parser.add_argument("--context", default="spawn")
     parser.add_argument("--build-s", type=float, default=2.0)
     parser.add_argument("--torch-max-n", type=int, default=1_200_000)
+    parser.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="RandomSampler: iter() then also waits for torch.randperm(n) (torch's too)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
@@ -105,7 +112,8 @@ def main() -> None:
         rows.append(row)
     print(
         f"S4 records: {args.context}, {args.num_workers} workers, {args.build_s:g} s of model "
-        f"building, {args.reps} reps, load average {min(loads):.1f}-{max(loads):.1f}"
+        f"building, shuffle={args.shuffle}, {args.reps} reps, "
+        f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
     print(
         "| records | constructor s: conveyor / torch | first batch after iter() s: conveyor "

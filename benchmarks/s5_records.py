@@ -6,7 +6,9 @@ ImageFolder-style file list looks like, no user code change), or as two NumPy ar
 Each configuration runs in a fresh interpreter, configurations interleaved ABBA-style
 across repetitions. A thread samples the proportional set size (PSS: shared pages split
 between the processes that map them) and the unique set size (USS) of the process and
-its children every 50 ms from /proc/PID/smaps_rollup.
+its children every 50 ms from /proc/PID/smaps_rollup; a sample during which a child
+started or ended is dropped (its shared pages would be counted at two mapcounts: up to
+a third of the list too much with 2 workers).
 
     python benchmarks/s5_records.py --n 5000000 --reps 2
 
@@ -105,8 +107,13 @@ CHILD = textwrap.dedent(
     done = threading.Event()
     def sample():
         while not done.wait(0.05):
-            kids = [rollup(p) for p in children()]
-            total = rollup(os.getpid())["pss"] + sum(k["pss"] for k in kids)
+            pids = children()
+            main = rollup(os.getpid())["pss"]
+            kids = [rollup(p) for p in pids]
+            if children() != pids:
+                # a fork between the reads counts shared pages at two mapcounts (overcount)
+                continue
+            total = main + sum(k["pss"] for k in kids)
             peak["pss"] = max(peak["pss"], total)
             peak["worker_uss"] = max([peak["worker_uss"]] + [k["uss"] for k in kids])
     sampler = threading.Thread(target=sample, daemon=True)
