@@ -226,7 +226,7 @@ def _reduce_for_process_start(table: RecordTable) -> tuple[Any, ...]:
     """`Process.start` under spawn/forkserver passes the descriptor itself (DupFd)."""
     fd = table.shared_fd()
     if fd is None or mp_context.get_spawning_popen() is None:
-        return table.__reduce__()  # outside a process start: the bytes
+        return table.__reduce__()  # outside a process start: the plain list
     return (_attach_duplicate, (reduction.DupFd(fd), table.layout))
 
 

@@ -13,7 +13,7 @@ of the same type. The bytes are this process tree's own, never read from a file 
 
 Handing a table to another process: a fork inherits the mapping; a pickler that carries
 file descriptors (`conveyor.transport.fd_pickle`) sends the descriptor; any other pickle
-carries the bytes (compact, but proportional to the data).
+carries the records as the plain list or tuple they came from.
 """
 
 from __future__ import annotations
@@ -142,18 +142,14 @@ class RecordTable(Sequence[Any]):
             raise
         self._fd: int | None = fd
 
-    def _attach(
-        self, fd: int | None, layout: TableLayout, buffer: Any = None, populate: bool = False
-    ) -> None:
+    def _attach(self, fd: int, layout: TableLayout, populate: bool = False) -> None:
         self._layout = layout
         self._private: list[Any] | None = None
         total = layout.offsets_start + layout.offset_bytes * (layout.length + 1)
-        if buffer is None:
-            assert fd is not None
-            # the builder maps every page now, so that the table counts in its PSS from the
-            # start (an unmapped memfd page is in nobody's); receivers map pages as they read
-            flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
-            buffer = mmap.mmap(fd, total, flags=flags, prot=mmap.PROT_READ)
+        # the builder maps every page now, so that the table counts in its PSS from the
+        # start (an unmapped memfd page is in nobody's); receivers map pages as they read
+        flags = mmap.MAP_SHARED | (_POPULATE if populate else 0)
+        buffer = mmap.mmap(fd, total, flags=flags, prot=mmap.PROT_READ)
         self._map = buffer
         whole = memoryview(buffer)
         self._data = whole[: layout.data_bytes]
@@ -179,10 +175,8 @@ class RecordTable(Sequence[Any]):
         return table
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self._private is not None:
-            return (list, (self._private,))
-        # no descriptor channel: the encoded bytes (compact, no object per record)
-        return (_from_bytes, (self._layout, bytes(self._map)))
+        # no descriptor channel (a pipe, a state dict, Ray): what the user had, plain data
+        return (self._layout.kind, (list(self),))
 
     def __copy__(self) -> RecordTable:
         return self  # immutable until changed; a changed one is as shared as a list's copy
@@ -197,9 +191,8 @@ class RecordTable(Sequence[Any]):
             os.close(fd)
         for view in (self._data, self._offsets):
             view.release()
-        if isinstance(self._map, mmap.mmap):
-            with contextlib.suppress(BufferError):  # a slice still in use: freed with it
-                self._map.close()
+        with contextlib.suppress(BufferError):  # a slice still in use: freed with it
+            self._map.close()
 
     # ------------------------------------------------------------ reading
     def __len__(self) -> int:
@@ -356,10 +349,3 @@ def _encode(fd: int, records: list[Any] | tuple[Any, ...]) -> TableLayout:
     packed = offsets if offset_bytes == 8 else offsets.astype(np.uint32)
     _write_all(fd, packed.data.cast("B"))
     return layout
-
-
-def _from_bytes(layout: TableLayout, raw: bytes) -> RecordTable:
-    table = RecordTable.__new__(RecordTable)
-    table._fd = None
-    table._attach(None, layout, raw)
-    return table
