@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import math
 import os
 import pickle
@@ -164,6 +165,15 @@ def test_close_releases_the_descriptor_and_the_mapping() -> None:
     assert len(_memfd_entries()) > len(before) and _mapped()
     table.close()
     assert _memfd_entries() == before and not _mapped()
+
+
+def test_a_table_dropped_without_close_frees_its_descriptor() -> None:
+    before = _memfd_entries()
+    table = RecordTable(["a"] * 10)
+    fd = table.shared_fd()
+    del table
+    gc.collect()
+    assert _memfd_entries() == before and not os.path.exists(f"/proc/self/fd/{fd}")
 
 
 def test_the_file_is_sealed_and_mapped_read_only() -> None:

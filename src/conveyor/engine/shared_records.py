@@ -81,7 +81,7 @@ class RecordSharing:
 
     def worker_view(self, dataset: Any) -> SharedView:
         """``dataset`` with its large plain lists replaced by tables (built or reused)."""
-        if not can_share_memory():
+        if not can_share_memory() or not self._finalizer.alive:  # none, or closed
             return SharedView(dataset, ())
         walk = _Walk(self._table_for, self._uncopyable)
         view = walk.substitute(dataset, 0, "")

@@ -24,6 +24,7 @@ import fcntl
 import marshal
 import mmap
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from itertools import chain, repeat
 from typing import Any, NamedTuple, cast, overload
@@ -122,7 +123,16 @@ class RecordTable(Sequence[Any]):
     frees it with `close()`; copies in other processes are freed when dropped (or at exit).
     """
 
-    __slots__ = ("__weakref__", "_data", "_fd", "_layout", "_map", "_offsets", "_private")
+    __slots__ = (
+        "__weakref__",
+        "_closer",
+        "_data",
+        "_fd",
+        "_layout",
+        "_map",
+        "_offsets",
+        "_private",
+    )
 
     def __init__(self, records: list[Any] | tuple[Any, ...], name: str = "conveyor-records"):
         """Encode ``records`` into a new sealed memfd.
@@ -141,6 +151,8 @@ class RecordTable(Sequence[Any]):
             os.close(fd)
             raise
         self._fd: int | None = fd
+        # a table dropped without close() (its owner's owner gone) still frees its descriptor
+        self._closer: weakref.finalize[Any, Any] | None = weakref.finalize(self, os.close, fd)
 
     def _attach(self, fd: int, layout: TableLayout, populate: bool = False) -> None:
         self._layout = layout
@@ -170,7 +182,7 @@ class RecordTable(Sequence[Any]):
     def attach(cls, fd: int, layout: TableLayout) -> RecordTable:
         """Map a table received as a descriptor; ``fd`` stays the caller's to close."""
         table = cls.__new__(cls)
-        table._fd = None
+        table._fd = table._closer = None
         table._attach(fd, layout)
         return table
 
@@ -186,9 +198,9 @@ class RecordTable(Sequence[Any]):
 
     def close(self) -> None:
         """Drop this process's descriptor and mapping (other processes keep theirs)."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        self._fd = None
+        if self._closer is not None:
+            self._closer()  # closes the descriptor once, here or at garbage collection
         for view in (self._data, self._offsets):
             view.release()
         with contextlib.suppress(BufferError):  # a slice still in use: freed with it

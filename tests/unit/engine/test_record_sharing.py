@@ -142,6 +142,8 @@ def test_close_releases_every_table() -> None:
     with pytest.raises(ValueError, match="released"):
         view.samples[0]
     owner.close()  # idempotent
+    dataset = Files()
+    assert owner.worker_view(dataset) == (dataset, ())  # closed: builds nothing any more
 
 
 def test_the_environment_turns_sharing_off(monkeypatch: pytest.MonkeyPatch) -> None:
