@@ -197,3 +197,46 @@ class Nested:
     def __getitem__(self, i: int) -> torch.Tensor:
         rows = [torch.full((length, 3), float(i)) for length in (1, i + 2)]
         return torch.nested.nested_tensor(rows)
+
+
+class CountedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """range(n) split between workers by stride, with state: the next value per consumer.
+
+    ``state_dict()`` returns plain data (``extra`` adds whatever a test wants in it, e.g. a
+    NumPy array, which is not plain)."""
+
+    def __init__(self, n: int, extra: Any = None):
+        self.n = n
+        self.extra = extra
+        self.next_value: int | None = None
+
+    def __iter__(self) -> Any:
+        import conveyor  # its get_worker_info sees thread workers too
+
+        info = conveyor.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        start = worker if self.next_value is None else self.next_value
+        self.next_value = None
+        for value in range(start, self.n, workers):
+            self.next_value = value + workers
+            yield value
+        self.next_value = None  # the next epoch starts over (a state saved here says so)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"next": self.next_value}
+        if self.extra is not None:
+            state["extra"] = {"rng": self.extra}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_value = state["next"]
+
+
+class WritesFile:
+    """A pickle payload: unpickling it creates ``path`` (what a tampered checkpoint does)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.path}",))

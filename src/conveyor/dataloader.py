@@ -36,14 +36,16 @@ from conveyor.loader_args import is_datapipe, resolve_sampling
 from conveyor.sampler import Sampler
 from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of
 from conveyor.state.loader_state import (
-    STATE_VERSION,
     LoaderStateDict,
     Resume,
+    between_epochs_state,
     check_generator,
     check_version,
     next_epoch_resume,
+    stateful_sampler,
 )
 from conveyor.state.protocol import has_state
+from conveyor.state.save_check import check_loadable, checked_for_save
 from conveyor.stats.counters import StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -372,6 +374,10 @@ class DataLoader(TorchDataLoader[T_co]):
         Cheap (a few attribute reads): call it every step if you like. Counts only batches
         the user received, not those prefetched. See docs/design/checkpointing.md.
         """
+        state = self._current_state()
+        return checked_for_save(state, self.dataset, stateful_sampler(self._index_sampler))
+
+    def _current_state(self) -> LoaderStateDict:
         iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
         if iterator is not None and not iterator.finished:
             return iterator.state_dict()
@@ -379,29 +385,20 @@ class DataLoader(TorchDataLoader[T_co]):
             return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
-        state: LoaderStateDict = {
-            "version": STATE_VERSION,
-            "in_epoch": False,
-            "generator": self.generator.get_state() if self.generator is not None else None,
-        }
-        # a sampler that draws from its own generator (torchdata's RandomSampler) says
-        # where the next epoch starts; others start each epoch afresh
-        next_epoch_state = getattr(self._index_sampler, "next_epoch_state", None)
-        if callable(next_epoch_state):
-            state["sampler"] = next_epoch_state()
-        return state
+        return between_epochs_state(self.generator, self._index_sampler)
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
         """Make the next ``iter(loader)`` continue from ``state_dict``.
 
-        Raises TypeError for what is not a checkpoint dict, ValueError for an incomplete
-        one, one of another version or library, and one this loader cannot honour (another
-        dataset length or sampler: see ``conveyor.state.fingerprint``). A different
-        ``batch_size`` is honoured: the rest of the epoch is re-batched from the sample
-        count.
+        Raises TypeError for what is not a checkpoint dict or not plain data (a checkpoint
+        never runs code: nothing in it is unpickled), ValueError for an incomplete one, one
+        of another version or library, and one this loader cannot honour (another dataset
+        length or sampler: see ``conveyor.state.fingerprint``). A different ``batch_size``
+        is honoured: the rest of the epoch is re-batched from the sample count.
         """
         check_state_keys(state_dict)
         check_version(state_dict)
+        check_loadable(state_dict)
         self._dropped_state = None
         if state_dict.get("in_epoch"):
             check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
@@ -412,9 +409,8 @@ class DataLoader(TorchDataLoader[T_co]):
                 self.generator.set_state(saved)
             if state_dict.get("sampler") is not None and has_state(self._index_sampler):
                 self._index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
-            self._resume = None
-            if self._options.data.iterable_style:  # streams' states at the epoch's end
-                self._resume = next_epoch_resume(state_dict, self.num_workers, world_and_rank())
+            # what the next epoch starts from: states at the epoch's end, a kept base seed
+            self._resume = next_epoch_resume(state_dict, self.num_workers, world_and_rank())
         else:
             self._resume = Resume(state_dict)
         if isinstance(self._iterator, MultiWorkerIterator):

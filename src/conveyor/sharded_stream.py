@@ -53,6 +53,8 @@ class ShardedStream(IterableDataset[T], Generic[S, T]):
     started are dealt out again, shards in progress continue at their offset.
     """
 
+    restarts_each_pass = True  # its state is where an epoch is: the next one starts afresh
+
     def __init__(
         self,
         shards: Sequence[S],

@@ -6,7 +6,6 @@ cannot be re-split are refused with the field that changed."""
 from __future__ import annotations
 
 import itertools
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -164,6 +163,6 @@ def test_sharded_stream_checks_what_its_checkpoint_depends_on() -> None:
         next(iter(resumed))
     reseeded = ShardedStream(SHARDS, read_list, shuffle=True, seed=12)
     with pytest.raises(ValueError, match="seed=11, this stream has seed=12"):
-        reseeded.load_state_dict(pickle.loads(state["workers"]["states"][0]))
+        reseeded.load_state_dict(state["workers"]["states"][0])
     with pytest.raises(ValueError, match="expects the dict its state_dict"):
         reseeded.load_state_dict({"at": 3})

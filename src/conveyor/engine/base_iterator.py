@@ -16,14 +16,14 @@ from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
 from conveyor.formats.skips import SkipRecord
 from conveyor.sampler import BatchSampler
-from conveyor.state.fingerprint import check_fingerprint, fingerprint_of
+from conveyor.state.fingerprint import fingerprint_of
 from conveyor.state.loader_state import (
     STATE_VERSION,
     LoaderStateDict,
     Resume,
+    between_epochs_state,
     capture_epoch_start,
     capture_sampler_start,
-    check_version,
     restore_epoch_start,
     stateful_sampler,
 )
@@ -70,9 +70,7 @@ class LoaderIterator:
         self._consumed_before, skip_delivered = 0, True
         self._samples_before: int | None = 0  # rebatched epochs: samples before the resume
         rebatch_from: int | None = None
-        if resume is not None:
-            check_version(resume.state)
-            check_fingerprint(resume.state.get("fingerprint"), self._fingerprint)
+        if resume is not None:  # checked once, by the loader's load_state_dict
             restore_epoch_start(resume.state, generator, stateful_sampler(index_sampler))
             draw_base_seed_now = resume.state.get("drew_base_seed", True)
             self._consumed_before, skip_delivered = apply_replica_resume(
@@ -250,27 +248,31 @@ class LoaderIterator:
     _placed_run: PlacedRun | None = None
 
     def _stream_end(self) -> dict[str, Any] | None:
-        """Streams: ``{"dataset": ...}`` or ``{"workers": ...}``, each stream's state at
-        the end of the epoch, for a checkpoint taken before the next; None if stateless."""
+        """``{"dataset": ...}`` or ``{"workers": ...}``: what of each stream's (or map-style
+        dataset's) state at the end of the epoch the next epoch starts from (their own part,
+        never an iterator's: `stream_state.next_epoch_part`); None if nothing."""
         return None
 
-    def _keep_stream_end(self) -> None:
-        """Hand the loader the between-epochs checkpoint, streams' end states included."""
+    def _reuses_base_seed(self) -> bool:
+        """Whether the next epoch keeps this one's workers, and so their base seed."""
+        return False
+
+    def _keep_epoch_end(self) -> None:
+        """Hand the loader the between-epochs checkpoint: what the next epoch starts from
+        (streams' and datasets' end states, a persistent base seed, a placed run's start)."""
         keep = self.keep_state_when_dropped
-        if keep is None or not self._data.iterable_style or self._ended_early:
+        if keep is None or self._ended_early:
             return
-        end = self._stream_end()
+        end = self._stream_end() or {}
         if self._placed_run is not None:  # a new run from position 0, with today's weights
             end = {"elastic": self._data.dataset.next_run_state()}
-        if end is None:
+        if self._reuses_base_seed():
+            end.update(drew_base_seed=False, base_seed=self._base_seed)
+        if not end:
             return
-        generator = self._data.generator
-        state: LoaderStateDict = {
-            "version": STATE_VERSION,
-            "in_epoch": False,
-            "generator": generator.get_state() if generator is not None else None,
-            "topology": {"world_size": self.world[0], "rank": self.world[1]},
-        }
+        data = self._data
+        state = between_epochs_state(data.generator, data.index_sampler)
+        state["topology"] = {"world_size": self.world[0], "rank": self.world[1]}
         state.update(end)  # type: ignore[typeddict-item]
         keep(state)
 
@@ -287,7 +289,7 @@ class LoaderIterator:
             if not self.finished:
                 self.finished = True
                 self._skips.report()
-                self._keep_stream_end()
+                self._keep_epoch_end()
             raise
         clock.leave(entered, self._batch_samples)
         self._num_yielded += 1

@@ -162,10 +162,7 @@ class IterableFetcher:
         False if nothing here could take it (the caller replays instead)."""
         if not stream_state.can_restore(self._dataset, state):
             return False
-        iterator_state = stream_state.load_before_iter(self._dataset, state)
-        if iterator_state is not None:
-            self._iterator = iter(self._dataset)
-            stream_state.load_after_iter(self._iterator, iterator_state)
+        self._iterator = stream_state.restore(self._dataset, state)
         return True
 
     def fetch(self, request: Any) -> Any:

@@ -24,6 +24,7 @@ from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.seeding import EpochSeeds
 from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.state import stream_state
 from conveyor.state.loader_state import (
     DeliveryLog,
     LoaderStateDict,
@@ -294,10 +295,18 @@ class MultiWorkerIterator(LoaderIterator):
             state["delivered_ahead"] = sorted(delivery.ahead)
         return state
 
+    def _reuses_base_seed(self) -> bool:
+        return self._worker_options.persistent_workers
+
     def _stream_end(self) -> dict[str, Any] | None:
         if not self._worker_options.persistent_workers:
             return None  # the next epoch's workers start from the dataset as built, again
         states = self._delivery.final_states()
+        if self._data.iterable_style:
+            dataset = self._data.dataset
+            states = [stream_state.next_epoch_part(dataset, state) for state in states]
+        elif not self._map_states:
+            return None
         if all(state is None for state in states):
             return None
         num_workers = self._worker_options.num_workers

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ from conveyor.engine.placed import is_placed, place
 from conveyor.engine.plan import LoadPlan
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
+from conveyor.state import stream_state
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
 from conveyor.transport.recycled import RecycledBuffers
 
@@ -47,7 +47,7 @@ class SingleProcessIterator(LoaderIterator):
         streams = stream_resume_for(True, 0, resume, self.world)  # None: same topology
         saved = resume.state.get("dataset")
         if streams is not None and streams.states[0] is not None:
-            saved = pickle.loads(streams.states[0])  # merged from another topology
+            saved = streams.states[0]  # merged from another topology
         if isinstance(self._fetcher, IterableFetcher) and self._fetcher.restore(saved):
             return
         for _ in range(resume.yielded):  # no state: read and drop, as torch users must
@@ -64,9 +64,9 @@ class SingleProcessIterator(LoaderIterator):
         return state
 
     def _stream_end(self) -> dict[str, Any] | None:
-        if not isinstance(self._fetcher, IterableFetcher):
-            return None
         state = self._fetcher.state()
+        if isinstance(self._fetcher, IterableFetcher):
+            state = stream_state.next_epoch_part(self._dataset, state)
         return None if state is None else {"dataset": state}
 
     def _next_data(self) -> Any:

@@ -7,7 +7,6 @@ the dataset replica, where `get_worker_info` looks) is asked of ``setup.kind``.
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
+from conveyor.state.plain import NotPlainData, RefusedState, plain_copy
 from conveyor.state.protocol import has_state
 
 __all__ = ["run_worker"]
@@ -146,9 +146,16 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
 
 
-def _stream_state(fetcher: Fetcher) -> bytes | None:
+def _stream_state(fetcher: Fetcher) -> Any:
+    """The dataset's state as plain data (a copy: a thread worker's dataset may change the
+    dict it returned); `RefusedState` if it is not plain, for ``state_dict()`` to raise."""
     captured = fetcher.state()
-    return None if captured is None else pickle.dumps(captured)
+    if captured is None:
+        return None
+    try:
+        return plain_copy(captured)
+    except NotPlainData as error:
+        return RefusedState(error.path, error.kind, error.why)
 
 
 def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool:
@@ -158,7 +165,7 @@ def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool
         return False
     state = streams.states[worker_id]
     if state is not None:
-        fetcher.restore(pickle.loads(state))
+        fetcher.restore(state)  # plain data, checked by load_state_dict in the main process
     for _ in range(streams.skips[worker_id]):
         try:
             fetcher.fetch(setup.fetch.replay_request)

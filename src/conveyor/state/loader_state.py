@@ -5,12 +5,12 @@ An epoch is replayed, never re-read: the checkpoint keeps the random-number stat
 received. Resuming restores that state, lets the epoch draw the same seeds and the same
 shuffle again, and skips the indices already delivered without loading any data. For
 streams (iterable-style datasets, DataPipes) it keeps each worker's dataset state as of
-the last batch the user received from it.
+the last batch the user received from it, as plain data (`conveyor.state.plain`): a
+checkpoint never holds a pickle, and loading one never runs code.
 """
 
 from __future__ import annotations
 
-import pickle
 import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypedDict
@@ -18,16 +18,17 @@ from typing import Any, NamedTuple, TypedDict
 import torch
 
 from conveyor.state.elastic import is_elastic, merge
+from conveyor.state.legacy import check_legacy
 from conveyor.state.protocol import has_state
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: worker states were pickles (`conveyor.state.legacy`)
 
 
 class WorkerStreams(TypedDict):
     """Streams read by workers: each worker's dataset state and the round-robin cursor."""
 
     num_workers: int
-    states: list[bytes | None]  # per worker: pickled dataset state after its last batch
+    states: list[Any]  # per worker: the dataset's state (plain data) after its last batch
     counts: list[int]  # per worker: batches delivered this epoch
     active: list[bool]  # False once a worker's stream has ended this epoch
     next_worker: int  # the worker whose batch the user receives next
@@ -106,9 +107,8 @@ def restore_epoch_start(
     """Put the RNGs (and a stateful sampler) back where the checkpointed epoch began.
 
     The epoch's order comes from the loader's generator if it has one, else from torch's
-    global RNG: a checkpoint of one kind cannot replay the order on a loader of the other.
+    global RNG (``load_state_dict`` refused a checkpoint of the other kind: `check_generator`).
     """
-    check_generator(state, generator)
     saved_generator = state.get("generator")
     if generator is not None and saved_generator is not None:
         generator.set_state(saved_generator)
@@ -138,6 +138,9 @@ def check_generator(state: LoaderStateDict, generator: torch.Generator | None) -
 
 def check_version(state: LoaderStateDict) -> None:
     version = state.get("version")
+    if version == 1:
+        check_legacy(state)  # plain version-1 states read as they are; pickled ones refused
+        return
     if version != STATE_VERSION:
         raise ValueError(
             f"DataLoader state_dict has version {version!r}; this conveyor reads version "
@@ -154,24 +157,24 @@ class DeliveryLog:
     """
 
     def __init__(self, num_workers: int, watermark: int, ahead: set[int]):
-        self.states: list[bytes | None] = [None] * num_workers
-        self.end_states: list[bytes | None] = [None] * num_workers  # after StopIteration
+        self.states: list[Any] = [None] * num_workers
+        self.end_states: list[Any] = [None] * num_workers  # after StopIteration
         self.counts = [0] * num_workers
         self.watermark = watermark
         self.ahead = set(ahead)
 
-    def ended(self, worker_id: int, state: bytes | None) -> None:
+    def ended(self, worker_id: int, state: Any) -> None:
         """The worker's stream ran out; ``state``: its dataset's state after that."""
         if state is not None:
             self.end_states[worker_id] = state
 
-    def final_states(self) -> list[bytes | None]:
+    def final_states(self) -> list[Any]:
         """Each stream's state once the epoch is over (its end, else its last batch)."""
         return [
             e if e is not None else s for e, s in zip(self.end_states, self.states, strict=True)
         ]
 
-    def delivered(self, worker_id: int, position: int, state: bytes | None) -> None:
+    def delivered(self, worker_id: int, position: int, state: Any) -> None:
         self.counts[worker_id] += 1
         if state is not None:
             self.states[worker_id] = state
@@ -187,7 +190,7 @@ class DeliveryLog:
 class StreamResume(NamedTuple):
     """How each worker of a resumed stream picks up: state to load, or batches to drop."""
 
-    states: tuple[bytes | None, ...]
+    states: tuple[Any, ...]  # each worker's dataset state (plain data) or None
     counts: tuple[int, ...]
     active: tuple[bool, ...]
     next_worker: int
@@ -224,10 +227,9 @@ def stream_resume_for(
         merged = _merged_progress(state, saved, (num_workers, *world))
     if merged is None:  # nothing was delivered: every worker starts afresh
         return None
-    blob = pickle.dumps(merged)
     slots = max(num_workers, 1)
     return StreamResume(
-        states=(blob,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
+        states=(merged,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
     )
 
 
@@ -288,14 +290,11 @@ def _same_topology(state: LoaderStateDict) -> StreamResume | None:
 
 
 def consumer_states(state: LoaderStateDict) -> list[tuple[Any, int]]:
-    """Each stream's (unpickled state or None, batches delivered) in one checkpoint."""
+    """Each stream's (state or None, batches delivered) in one checkpoint."""
     workers = state.get("workers")
     if workers is None:
         return [(state.get("dataset"), int(state.get("yielded", 0)))]
-    return [
-        (None if blob is None else pickle.loads(blob), count)
-        for blob, count in zip(workers["states"], workers["counts"], strict=True)
-    ]
+    return list(zip(workers["states"], workers["counts"], strict=True))
 
 
 def _merged_progress(
@@ -359,6 +358,23 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
     return merged
 
 
+def between_epochs_state(
+    generator: torch.Generator | None, index_sampler: object
+) -> LoaderStateDict:
+    """A checkpoint between two epochs: the loader's generator where the last epoch left it
+    and, for a sampler that draws from its own generator (torchdata's RandomSampler), where
+    its next epoch starts; others start each epoch afresh."""
+    state: LoaderStateDict = {
+        "version": STATE_VERSION,
+        "in_epoch": False,
+        "generator": generator.get_state() if generator is not None else None,
+    }
+    next_epoch_state = getattr(index_sampler, "next_epoch_state", None)
+    if callable(next_epoch_state):
+        state["sampler"] = next_epoch_state()
+    return state
+
+
 def next_epoch_resume(
     state: LoaderStateDict, num_workers: int, world: tuple[int, int]
 ) -> Resume | None:
@@ -370,10 +386,12 @@ def next_epoch_resume(
     dropped with a warning, and the next epoch starts from the datasets as built.
     """
     elastic = state.get("elastic")  # e.g. a Mixture's next run: any topology takes it
-    if state.get("dataset") is None and not state.get("workers") and elastic is None:
+    kept_seed = state.get("drew_base_seed") is False and "base_seed" in state
+    has_streams = state.get("dataset") is not None or bool(state.get("workers"))
+    if not has_streams and elastic is None and not kept_seed:
         return None
     saved = saved_topology(state)
-    if elastic is None and saved != (num_workers, *world):
+    if has_streams and elastic is None and saved != (num_workers, *world):
         names = ("num_workers", "world_size", "rank")
         field, before, after = next(
             (n, b, a) for n, b, a in zip(names, saved, (num_workers, *world), strict=True) if b != a
@@ -384,14 +402,16 @@ def next_epoch_resume(
             "next epoch starts from the dataset as constructed (its own state not restored)",
             stacklevel=3,
         )
-        return None
+        if not kept_seed:
+            return None
+        state = {**state, "dataset": None, "workers": None}
     start: LoaderStateDict = {
         "version": STATE_VERSION,
         "in_epoch": True,
         "generator": state.get("generator"),
         "global_rng": None,
         "sampler": None,
-        "drew_base_seed": True,
+        "drew_base_seed": not kept_seed,  # persistent workers keep their first base seed
         "shared_seed": None,
         "yielded": 0,
         "delivered_ahead": [],
@@ -399,6 +419,8 @@ def next_epoch_resume(
         "workers": state.get("workers"),
         "topology": state.get("topology"),
     }
+    if kept_seed:
+        start["base_seed"] = int(state["base_seed"])
     if elastic is not None:
         start["elastic"] = elastic
     return Resume(start)

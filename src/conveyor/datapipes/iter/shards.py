@@ -302,6 +302,12 @@ class _EndBeforeError(IterDataPipe[Any]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[Any]:
         return _EndBeforeErrorCursor(self, state)
 
+    def can_reread(self) -> bool:
+        return self.datapipe.can_reread()
+
+    def reread(self, positions: Sequence[tuple[str, int]]) -> list[Any]:
+        return self.datapipe.reread(positions)
+
 
 class _EndBeforeErrorCursor(SourceCursor[Any]):
     def __init__(self, node: _EndBeforeError, state: StateDict | None) -> None:
@@ -318,3 +324,6 @@ class _EndBeforeErrorCursor(SourceCursor[Any]):
             self._ended = True
             self._policy.deferred = error
             raise StopIteration from None
+
+    def item_position(self) -> tuple[str, int] | None:
+        return self.source.item_position()
