@@ -120,8 +120,12 @@ class DataLoader(TorchDataLoader[T_co]):
             ``__getitem__`` raises is left out of its batch and counted (map-style only);
             ``max_skipped`` bad samples per epoch at most, then loading stops with an
             error; each epoch that skipped any ends with a `BadSampleWarning` naming them.
-        snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
-            step is exact here (see ``state_dict``), so it changes nothing.
+        snapshot_every_n_steps: how often workers send their stream's state to the main
+            process (torchdata's meaning). ``None`` (the default) or 1: with every batch.
+            ``n``: about once in ``n`` steps; 0: never. Every step's checkpoint stays exact
+            either way: the main process counts each worker's batches since its last state,
+            and a resume reads those again (so larger values make resuming slower, not
+            checkpoints coarser). Map-style datasets are unaffected (their order is indices).
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 

@@ -164,3 +164,21 @@ def test_every_state_is_plain_and_resumes_after_a_weights_only_load(
         check_plain_resume(build, [0, 1, 3])
         return
     check_plain_resume(lambda: make(num_workers, worker_type, tmp_path), [0, 1, 3])
+
+
+def test_a_full_ten_thousand_sample_shuffle_buffer_checkpoints_in_64_kb(tmp_path: Path) -> None:
+    """Positions, not samples: the state's size does not grow with the samples' size."""
+    with ShardWriter(str(tmp_path / "part-%03d.tar"), max_count=1300) as writer:
+        for i in range(10_400):
+            writer.write({"__key__": f"{i:06d}", "bin": bytes(600), "cls": i})
+    pipe = TarShards(list(writer.shards), decode=None, shuffle=True, shuffle_buffer=10_000)
+    iterator = iter(pipe)
+    for _ in range(10_100):
+        next(iterator)
+    state = pipe.state_dict()
+    saved = io.BytesIO()
+    torch.save(state, saved)
+    assert len(saved.getvalue()) <= 64 * 1024  # the buffer's samples alone are 6 MB
+    resumed = TarShards(list(writer.shards), decode=None, shuffle=True, shuffle_buffer=10_000)
+    resumed.load_state_dict(_weights_only(state))
+    assert [s["__key__"] for s in resumed] == [s["__key__"] for s in iterator]

@@ -126,6 +126,13 @@ def _loader(cls: type, name: str, persistent: bool, batch_size: int | None, ever
     )
 
 
+def _shut_down(loader: Any) -> None:
+    """Persistent workers live as long as their loader's iterator: end them now."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+
+
 def _epoch_end_resume(cls: type, name: str, *options: Any) -> tuple[list[Any], list[Any]]:
     """(the uninterrupted run's second epoch, a fresh loader's epoch resumed between)."""
     torch.manual_seed(0)
@@ -133,10 +140,13 @@ def _epoch_end_resume(cls: type, name: str, *options: Any) -> tuple[list[Any], l
     list(loader)
     state = loader.state_dict()
     expected = list(loader)
+    _shut_down(loader)
     torch.manual_seed(0)
     resumed = _loader(cls, name, *options)
     resumed.load_state_dict(state)
-    return expected, list(resumed)
+    rest = list(resumed)
+    _shut_down(resumed)
+    return expected, rest
 
 
 CASES = list(itertools.product([False, True], [None, 4], [1, 10]))

@@ -352,11 +352,8 @@ def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:
         return  # merged progress: every stream seeks
     if workers is None:
         replays = state.get("dataset") is None and int(state.get("yielded", 0)) > 0
-    else:
-        replays = any(
-            saved is None and count > 0
-            for saved, count in zip(workers["states"], workers["counts"], strict=True)
-        )
+    else:  # a worker reads again the batches it delivered after its state was taken
+        replays = any(count > 0 for count in workers["counts"])
     if replays:
         raise ValueError(
             f"this checkpoint of an iterable-style dataset cannot be resumed with another "

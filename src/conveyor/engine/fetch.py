@@ -60,7 +60,16 @@ class MapFetcher:
         self._dataset.load_state_dict(state)
         return True
 
-    def fetch(self, request: Any) -> Any:
+    captured: Any = None  # the dataset's state, taken by ``fetch(..., capture=True)``
+
+    def fetch(self, request: Any, capture: bool = False) -> Any:
+        """One batch; with ``capture``, the dataset's state after it goes to ``captured``."""
+        data = self._fetch(request)
+        if capture:
+            self.captured = self.state()
+        return data
+
+    def _fetch(self, request: Any) -> Any:
         self.last_count = len(request) if self._auto_collation else 1
         if not self._auto_collation:
             return self._collate_fn(self._dataset[request])
@@ -90,7 +99,7 @@ class SkippingMapFetcher(MapFetcher):
             self._skipped.append(SkipRecord("", reason, 1, (f"index {index!r}",)))
             return False, None
 
-    def fetch(self, request: Any) -> Any:
+    def _fetch(self, request: Any) -> Any:
         self.last_count = 0
         if not self._auto_collation:
             ok, sample = self._get(request)
@@ -165,7 +174,11 @@ class IterableFetcher:
         self._iterator = stream_state.restore(self._dataset, state)
         return True
 
-    def fetch(self, request: Any) -> Any:
+    captured: Any = None  # the stream's state, taken by ``fetch(..., capture=True)``
+
+    def fetch(self, request: Any, capture: bool = False) -> Any:
+        """One batch; with ``capture``, the stream's state after it goes to ``captured``
+        (taken before collating: the pipeline's own structures are still warm then)."""
         if self._pending is not None:
             error, self._pending = self._pending, None
             raise error
@@ -175,16 +188,25 @@ class IterableFetcher:
             self._iterator = iter(self._dataset)
         if not self._auto_collation:
             try:
-                sample = next(self._iterator)
+                pulled: Any = next(self._iterator)
             except StopIteration:
                 self.ended = True
                 raise
             self.last_count = 1
-            return self._collate_fn(sample)
+        else:
+            pulled = self._pull(len(request))
+            self.last_count = len(pulled)
+        if capture:
+            self.captured = self.state()
+        return self._collate_fn(pulled)
+
+    def _pull(self, wanted: int) -> list[Any]:
+        """Up to ``wanted`` samples: fewer at the end of the stream (unless ``drop_last``)
+        or before bad data (the complete samples first, the error with the next fetch)."""
         # next() rather than a for loop: a for loop calls iter() on the iterator again, and
         # a dataset whose __iter__ resets itself and returns self would restart every batch.
+        assert self._iterator is not None
         samples: list[Any] = []
-        wanted = len(request)
         while len(samples) < wanted:
             try:
                 samples.append(next(self._iterator))
@@ -193,13 +215,12 @@ class IterableFetcher:
                 if not samples or (self._drop_last and len(samples) < wanted):
                     raise
                 break
-            except SampleError as error:  # bad data: the complete samples before it first
+            except SampleError as error:
                 if not samples or self._drop_last:
                     raise
                 self._pending = error
                 break
-        self.last_count = len(samples)
-        return self._collate_fn(samples)
+        return samples
 
 
 def make_fetcher(spec: FetchSpec, dataset: Any) -> MapFetcher | IterableFetcher:

@@ -35,10 +35,25 @@ from conveyor.state.loader_state import (
     stream_resume_for,
 )
 from conveyor.state.protocol import has_state
+from conveyor.transport.state_wire import PackedState, unpack_state
 
 __all__ = ["MultiWorkerIterator"]
 
 _SKIPPED: Any = object()  # a task whose every sample on_error="skip" dropped
+
+
+def _state_every(snapshot_every_n_steps: int | None, num_workers: int) -> int:
+    """Every how many of its batches a worker sends its stream's state (0: never).
+
+    torchdata's ``snapshot_every_n_steps``: the workers' states reach the main process
+    about once in that many steps (``None``, conveyor's default, and 1: with every batch);
+    between, the main process counts the batches delivered since, which a resume reads
+    again, so every step's checkpoint is still exact."""
+    if snapshot_every_n_steps is None:
+        return 1
+    if snapshot_every_n_steps == 0:
+        return 0
+    return max(1, snapshot_every_n_steps // max(1, num_workers))
 
 
 class MultiWorkerIterator(LoaderIterator):
@@ -70,6 +85,7 @@ class MultiWorkerIterator(LoaderIterator):
             stage_timers=plan.hooks.stage_timers,
             streams=streams,
             world=self.world,
+            state_every=_state_every(self._options.snapshot_every_n_steps, workers.num_workers),
         )
         self._pool: WorkerPool | None = None
         self._worker_handles: list[Any] = []
@@ -281,7 +297,7 @@ class MultiWorkerIterator(LoaderIterator):
         if self._data.iterable_style or self._map_states:
             state["workers"] = {
                 "num_workers": self._worker_options.num_workers,
-                "states": list(delivery.states),
+                "states": self._unpacked_states(delivery.states),
                 "counts": list(delivery.counts),
                 # a worker whose end was seen still counts until its last batch is delivered
                 "active": [
@@ -301,7 +317,7 @@ class MultiWorkerIterator(LoaderIterator):
     def _stream_end(self) -> dict[str, Any] | None:
         if not self._worker_options.persistent_workers:
             return None  # the next epoch's workers start from the dataset as built, again
-        states = self._delivery.final_states()
+        states = self._unpacked_states(self._delivery.final_states())
         if self._data.iterable_style:
             dataset = self._data.dataset
             states = [stream_state.next_epoch_part(dataset, state) for state in states]
@@ -318,6 +334,11 @@ class MultiWorkerIterator(LoaderIterator):
             "next_worker": 0,
         }
         return {"workers": workers}
+
+    @staticmethod
+    def _unpacked_states(states: list[Any]) -> list[Any]:
+        """The workers' states as plain data (each a fresh copy: the caller may change it)."""
+        return [unpack_state(s) if isinstance(s, PackedState) else s for s in states]
 
     def _next_worker_to_deliver(self) -> int:
         """The worker whose batch comes next in delivery order (in_order round-robin)."""

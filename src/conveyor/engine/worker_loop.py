@@ -27,8 +27,9 @@ from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
-from conveyor.state.plain import NotPlainData, RefusedState, plain_copy
+from conveyor.state.plain import RefusedState
 from conveyor.state.protocol import has_state
+from conveyor.transport.state_wire import pack_state
 
 __all__ = ["run_worker"]
 
@@ -95,8 +96,9 @@ def run_worker(
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    # a stream's state, or a map-style dataset's own, follows each batch to the main process
+    # a stream's state, or a map-style dataset's own, follows batches to the main process
     stateful = setup.fetch.iterable_style or has_state(dataset)
+    cadence = _StateCadence(stateful, setup.state_every if setup.fetch.iterable_style else 1)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
         if isinstance(message, DatasetControl):
@@ -109,23 +111,45 @@ def run_worker(
                 )
             fetcher = make_fetcher(setup.fetch, dataset)
             ended = False
+            cadence.restart()
             timers.renew(dataset)
             send(Reply(msg.NO_TASK, msg.RESUMED))
             continue
         if ended:
             continue  # tasks queued before the main process learnt of the end get no answer
-        reply = _answer(message, fetcher, stateful, timers, where)
+        reply = _answer(message, fetcher, cadence, timers, where)
         ended = reply.status == msg.END
         send(reply)
 
 
-def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where: str) -> Reply:
-    """Fetch one task. ``stateful``: a stream, whose state follows each batch."""
+class _StateCadence:
+    """Which batches carry the dataset's state: every ``every``-th (0: none), and the end
+    of the stream (a dataset may count its epochs) whenever it is ``stateful`` at all."""
+
+    def __init__(self, stateful: bool, every: int) -> None:
+        self.stateful = stateful
+        self.every = every if stateful else 0
+        self._answered = 0
+
+    def restart(self) -> None:
+        self._answered = 0
+
+    def now(self) -> bool:
+        """Whether the batch just fetched carries the state (counts it)."""
+        self._answered += 1
+        return self.every > 0 and self._answered % self.every == 0
+
+
+def _answer(
+    task: Task, fetcher: Fetcher, cadence: _StateCadence, timers: _Timers, where: str
+) -> Reply:
+    """Fetch one task; the dataset's state goes with it when ``cadence`` says so."""
     started = time.perf_counter()
     try:
+        capture = cadence.now()
         with skip_sink().forwarded():  # the main process warns once for the whole loader
-            data = fetcher.fetch(task.request)
-        state = _stream_state(fetcher) if stateful else None
+            data = fetcher.fetch(task.request, capture)
+        state = _packed(fetcher.captured) if capture else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
         info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
@@ -136,7 +160,7 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
     except StopIteration:
         # what the stream skipped before it ended still reaches the main process's ledger
         # a stream's state after its end goes with END: a dataset may count its epochs
-        state = _stream_state(fetcher) if stateful else None
+        state = _packed(fetcher.state()) if cadence.stateful else None
         info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), None)
         if isinstance(fetcher, IterableFetcher):
             return Reply(task.task_id, msg.END, None, info)
@@ -146,16 +170,16 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
 
 
-def _stream_state(fetcher: Fetcher) -> Any:
-    """The dataset's state as plain data (a copy: a thread worker's dataset may change the
-    dict it returned); `RefusedState` if it is not plain, for ``state_dict()`` to raise."""
-    captured = fetcher.state()
+def _packed(captured: Any) -> Any:
+    """The dataset's state, packed for the trip (`conveyor.transport.state_wire`): the main
+    process unpacks it only for a checkpoint, and checks there that it is plain data.
+    `RefusedState` if it cannot even be packed."""
     if captured is None:
         return None
     try:
-        return plain_copy(captured)
-    except NotPlainData as error:
-        return RefusedState(error.path, error.kind, error.why)
+        return pack_state(captured)
+    except Exception as error:  # an object pickle cannot carry: not plain data either
+        return RefusedState((), type(captured).__name__, f"cannot be copied: {error}")
 
 
 def _resume_stream(setup: WorkerSetup, worker_id: int, fetcher: Fetcher) -> bool:

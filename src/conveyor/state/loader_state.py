@@ -29,7 +29,7 @@ class WorkerStreams(TypedDict):
 
     num_workers: int
     states: list[Any]  # per worker: the dataset's state (plain data) after its last batch
-    counts: list[int]  # per worker: batches delivered this epoch
+    counts: list[int]  # per worker: batches delivered since its state (all, if it has none)
     active: list[bool]  # False once a worker's stream has ended this epoch
     next_worker: int  # the worker whose batch the user receives next
 
@@ -151,9 +151,11 @@ def check_version(state: LoaderStateDict) -> None:
 class DeliveryLog:
     """What the user has received this epoch, as a checkpoint must record it.
 
-    Streams: each worker's dataset state after its last delivered batch, and how many of
-    its batches were delivered. Map-style with ``in_order=False``: the positions delivered,
-    as a watermark (every position below it) plus the ones delivered ahead of it.
+    Streams: each worker's dataset state as of the last delivered batch that carried one
+    (every batch by default; every n-th with ``snapshot_every_n_steps``), and how many of
+    its batches were delivered since (a resume reads them again). Map-style with
+    ``in_order=False``: the positions delivered, as a watermark (every position below it)
+    plus the ones delivered ahead of it.
     """
 
     def __init__(self, num_workers: int, watermark: int, ahead: set[int]):
@@ -175,9 +177,11 @@ class DeliveryLog:
         ]
 
     def delivered(self, worker_id: int, position: int, state: Any) -> None:
-        self.counts[worker_id] += 1
         if state is not None:
             self.states[worker_id] = state
+            self.counts[worker_id] = 0
+        else:
+            self.counts[worker_id] += 1
         if position != self.watermark:
             self.ahead.add(position)
             return
@@ -191,16 +195,15 @@ class StreamResume(NamedTuple):
     """How each worker of a resumed stream picks up: state to load, or batches to drop."""
 
     states: tuple[Any, ...]  # each worker's dataset state (plain data) or None
-    counts: tuple[int, ...]
+    counts: tuple[int, ...]  # batches each worker delivered after that state (or in all)
     active: tuple[bool, ...]
     next_worker: int
 
     @property
     def skips(self) -> tuple[int, ...]:
-        """Workers whose dataset has no state replay (read and drop) what they delivered."""
-        return tuple(
-            0 if s is not None else c for s, c in zip(self.states, self.counts, strict=True)
-        )
+        """Batches each worker reads and drops after loading its state: those delivered
+        since the state was taken (all it delivered, for a dataset without state)."""
+        return self.counts
 
 
 def stream_resume_for(
@@ -290,11 +293,25 @@ def _same_topology(state: LoaderStateDict) -> StreamResume | None:
 
 
 def consumer_states(state: LoaderStateDict) -> list[tuple[Any, int]]:
-    """Each stream's (state or None, batches delivered) in one checkpoint."""
+    """Each stream's (state or None, batches delivered after it) in one checkpoint."""
     workers = state.get("workers")
     if workers is None:
-        return [(state.get("dataset"), int(state.get("yielded", 0)))]
+        saved = state.get("dataset")
+        return [(saved, 0 if saved is not None else int(state.get("yielded", 0)))]
     return list(zip(workers["states"], workers["counts"], strict=True))
+
+
+def _why_not_mergeable(streams: Sequence[tuple[Any, int]]) -> str | None:
+    """Why these streams' progress cannot be merged into one (None: it can)."""
+    if any(lag for _, lag in streams):
+        return (
+            "its workers' last batches came without their state, so resuming reads them "
+            "again: a dataset without state_dict(), or a checkpoint taken with "
+            "snapshot_every_n_steps other than 1 (take it with snapshot_every_n_steps=1)"
+        )
+    if any(saved is not None and not is_elastic(saved) for saved, _ in streams):
+        return "its dataset's state is its own consumer's position, not an elastic progress"
+    return None
 
 
 def _merged_progress(
@@ -305,12 +322,13 @@ def _merged_progress(
     field, before, after = next((n, b, a) for n, b, a in changed if b != a)
     where = f"it was taken with {field}={before}, this loader has {field}={after}"
     streams = consumer_states(state)
-    if any(count and not is_elastic(s) for s, count in streams):
+    why = _why_not_mergeable(streams)
+    if why is not None:
         raise ValueError(
             f"this checkpoint of an iterable-style dataset cannot be resumed here: {where}, "
-            "and its stream cannot be re-split (a dataset without state_dict(), or one "
-            "whose state is its own consumer's position). Resume with the same "
-            f"{field}, or read it through conveyor.ShardedStream (resumes on any topology)"
+            f"and its stream cannot be re-split ({why}). Resume with the same {field}, or "
+            "read it through a stream that resumes on any topology (conveyor.TarShards, "
+            "conveyor.ShardedStream)"
         )
     if saved[1] > 1 or now[1] > 1:
         raise ValueError(
@@ -343,15 +361,15 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
             f"merge_checkpoints needs one checkpoint of each of the {world} ranks "
             f"(world_size={world}), got ranks {ranks}"
         )
-    streams = [s for state in states for s, _ in consumer_states(state)]
-    counts = [c for state in states for _, c in consumer_states(state)]
-    if any(count and not is_elastic(s) for s, count in zip(streams, counts, strict=True)):
+    streams = [stream for state in states for stream in consumer_states(state)]
+    why = _why_not_mergeable(streams)
+    if why is not None:
         raise ValueError(
-            "merge_checkpoints: these streams cannot be merged (their dataset's state is "
-            "not an elastic progress); read them through conveyor.ShardedStream"
+            f"merge_checkpoints: these streams cannot be merged ({why}); read them through "
+            "a stream that resumes on any topology (conveyor.TarShards, conveyor.ShardedStream)"
         )
     merged: LoaderStateDict = dict(first)  # type: ignore[assignment]
-    merged["elastic"] = merge(streams)
+    merged["elastic"] = merge([saved for saved, _ in streams])
     merged["workers"] = None
     merged["dataset"] = None
     merged["topology"] = None

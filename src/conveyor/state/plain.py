@@ -30,8 +30,8 @@ __all__ = [
 MAX_DEPTH = 64
 """Deeper nesting is refused (a crafted state must not exhaust the stack)."""
 
-_SCALARS = (str, int, float, bool, type(None))
-_KEYS = (str, int)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_KEYS = frozenset((str, int))
 
 Path = tuple[str | int, ...]
 
@@ -88,13 +88,60 @@ _ADVICE = (
 
 
 def plain_copy(value: Any, path: Path = ()) -> Any:
-    """A copy of ``value`` made of plain data only; `NotPlainData` otherwise."""
-    return _walk(value, path, copy=True)
+    """A copy of ``value`` made of plain data only; `NotPlainData` otherwise.
+
+    Runs with every batch a worker delivers, so the walk keeps no path: only when it meets
+    something that is not plain does a second walk find where, for the message."""
+    try:
+        return _copy(value, len(path))
+    except _Refused:
+        _walk(value, path, copy=False)
+        raise AssertionError("unreachable: the second walk raises") from None
+
+
+class _Refused(Exception):
+    """Something in the state is not plain data (found by the fast walk, named by the slow)."""
+
+
+def _copy(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if depth >= MAX_DEPTH:
+        raise _Refused
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) not in _KEYS:
+                raise _Refused
+            out[key] = _copy(item, depth + 1)
+        return out
+    if kind is list:
+        return [_copy(item, depth + 1) for item in value]
+    if kind is tuple:
+        return tuple([_copy(item, depth + 1) for item in value])
+    if kind is torch.Tensor:
+        return value.detach().clone()
+    raise _Refused
 
 
 def check_plain(value: Any, path: Path = ()) -> None:
     """Raise `NotPlainData` unless ``value`` is plain data (nothing is copied)."""
-    _walk(value, path, copy=False)
+    if not _is_plain(value, len(path)):
+        _walk(value, path, copy=False)
+
+
+def _is_plain(value: Any, depth: int) -> bool:
+    kind = type(value)
+    if kind in _SCALARS or kind is torch.Tensor:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is dict:
+        return all(type(key) in _KEYS and _is_plain(item, depth + 1) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return all(_is_plain(item, depth + 1) for item in value)
+    return False
 
 
 def _walk(value: Any, path: Path, copy: bool) -> Any:

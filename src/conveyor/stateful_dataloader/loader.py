@@ -38,7 +38,9 @@ class StatefulDataLoader(DataLoader[T_co]):
     ``load_state_dict()`` takes conveyor's states (honouring an adjusted
     ``_num_yielded``) and torchdata 0.11's for map-style datasets: a run started with
     torchdata continues here with the same batches. Differences:
-        snapshot_every_n_steps: accepted and validated (0 too), but every step is exact.
+        snapshot_every_n_steps: how often workers send their stream's state, as in
+            torchdata (default 1: every batch; 0: never); every step's checkpoint is exact
+            anyway (a resume reads again the batches delivered since a worker's last state).
         A torchdata checkpoint of an iterable-style dataset is refused (`ValueError`):
             its worker states are torchdata's private format.
     """
@@ -50,7 +52,6 @@ class StatefulDataLoader(DataLoader[T_co]):
         snapshot_every_n_steps: int | None = 1,
         **kwargs: Any,
     ) -> None:
-        # torchdata takes 0 ("snapshot only when asked"); every step is exact here anyway.
         super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
         self._held_iterator: Any = None
         given = _SIGNATURE.bind(self, dataset, *args, **kwargs).arguments
