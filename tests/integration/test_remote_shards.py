@@ -29,10 +29,8 @@ def keys_of(pipe: Any) -> list[str]:
 
 
 def member_offset(state: dict[str, Any]) -> int:
-    """The tar loader's saved member offset, found in the nested state."""
-    while "position" not in state:
-        state = state["source"]
-    return int(state["position"])
+    """The byte offset in the current shard where reading resumes (TarShards' state)."""
+    return int(state["offset"])
 
 
 def label_and_pixels(sample: dict[str, Any]) -> tuple[torch.Tensor, int]:

@@ -6,32 +6,30 @@ an item again from a *position* (``(unit, offset)``: a shard URL and the byte of
 sample's first tar header), the node keeps the positions beside the items and its state
 holds only those; resuming reads the items again (`IterNode.reread`).
 
-`PositionTable` mirrors the buffer's list operations on two NumPy arrays (a unit index and
-an offset per slot) plus a small table of the units present. Its state is that table and
-one word per slot, ``unit << bits | offset`` (offsets in 512-byte blocks when all are whole
-blocks, as tar offsets are), little-endian, as a base64 string: plain data (a str, read
-back with ``numpy.frombuffer``, never unpickled), about 5.4 bytes a slot: 10,000 buffered
-samples of any size take about 54 KB. A string rather than a tensor because it is made with
-every batch a worker delivers, and NumPy and base64 cost a few microseconds where a cold
-torch call costs tens.
+`PositionTable` mirrors the buffer's list operations and keeps each slot's packed word
+(`conveyor.state.position_codec`: a units table and a base64 string, about 5.4 bytes a
+slot, so 10,000 buffered samples of any size take about 54 KB). A string rather than a
+tensor because it is made with every batch a worker delivers, and NumPy and base64 cost a
+few microseconds where a cold torch call costs tens.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from conveyor.state.position_codec import (
+    BLOCK,
+    LAYOUTS,
+    Position,
+    decode_positions,
+    encode,
+    layout_for,
+)
+
 __all__ = ["Position", "PositionTable"]
-
-Position = tuple[str, int]
-"""``(unit, offset)``: e.g. a shard URL and the byte offset of a sample's first header."""
-
-_BLOCK = 512  # tar offsets are whole blocks: kept in blocks when every one is
-_LAYOUTS = ((32, 24), (64, 40), (64, 48))  # (word width, offset bits): the first that fits
 
 
 class PositionTable:
@@ -48,7 +46,7 @@ class PositionTable:
         self._units: list[str | None] = []  # unit index -> unit (None: free)
         self._index: dict[str, int] = {}  # unit -> unit index
         self._refs: list[int] = []  # unit index -> slots holding it
-        self._layout = (_LAYOUTS[0][0], _LAYOUTS[0][1], _BLOCK)  # width, bits, scale
+        self._layout = (LAYOUTS[0][0], LAYOUTS[0][1], BLOCK)  # width, bits, scale
         self._words = np.zeros(self._capacity, dtype="<u4")
 
     def __len__(self) -> int:
@@ -78,10 +76,10 @@ class PositionTable:
     def _word(self, unit: int, offset: int) -> int | None:
         """``unit << bits | offset`` in the current layout, or None if it does not fit."""
         width, bits, scale = self._layout
-        if scale == _BLOCK:
-            if offset % _BLOCK:
+        if scale == BLOCK:
+            if offset % BLOCK:
                 return None
-            offset //= _BLOCK
+            offset //= BLOCK
         if offset >= 1 << bits or unit >= 1 << (width - bits) or offset < 0:
             return None
         return (unit << bits) | offset
@@ -98,15 +96,10 @@ class PositionTable:
 
     def _relayout(self, unit: int, offset: int) -> None:
         """A wider word, or byte offsets, for a position the layout cannot hold (rare)."""
-        units = max([unit, *self._unit]) if self._unit else unit
+        units = max([unit, *self._unit]) + 1
         offsets = [offset, *self._offset]
-        scale = _BLOCK if not any(o % _BLOCK for o in offsets) else 1
-        top = max(offsets) // scale
-        for width, bits in _LAYOUTS:
-            if top < 1 << bits and units < 1 << (width - bits):
-                break
-        else:
-            raise ValueError(f"positions: offset {offset} of unit {unit} fits no layout")
+        scale = BLOCK if not any(o % BLOCK for o in offsets) else 1
+        width, bits = layout_for(max(offsets), units, scale)
         self._layout = (width, bits, scale)
         self._words = np.zeros(max(len(self._words), 1), dtype=f"<u{width // 8}")
         for slot, (u, o) in enumerate(zip(self._unit, self._offset, strict=True)):
@@ -140,45 +133,13 @@ class PositionTable:
     # ------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """Plain data: the units table and one packed word per slot (see the module)."""
-        width, bits, scale = self._layout
-        return {
-            "units": list(self._units),
-            "slots": base64.b64encode(self._words[: len(self._unit)].tobytes()).decode("ascii"),
-            "width": width,
-            "bits": bits,
-            "scale": scale,
-        }
+        return encode(self._units, self._words[: len(self._unit)], self._layout)
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], capacity: int) -> PositionTable:
         """The table ``state`` describes; ValueError naming the field when it does not fit."""
-        units, width, bits, scale = (state[k] for k in ("units", "width", "bits", "scale"))
-        if not isinstance(units, list) or not all(u is None or isinstance(u, str) for u in units):
-            raise ValueError("positions.units: a list of unit names (or None) expected")
-        if (width, bits) not in _LAYOUTS or scale not in (1, _BLOCK):
-            raise ValueError(
-                f"positions: no such layout (width={width!r}, bits={bits!r}, scale={scale!r})"
-            )
-        words = _words(state["slots"], width)
-        unit, offset = words >> bits, (words & ((1 << bits) - 1)) * scale
-        if len(unit) and int(unit.max()) >= len(units):
-            raise ValueError(f"positions.slots: a unit index outside the {len(units)} units")
-        table = cls(max(capacity, len(unit)))
-        for u, o in zip(unit.tolist(), offset.tolist(), strict=True):
-            name = units[u]
-            if name is None:
-                raise ValueError(f"positions.slots: a slot refers to free unit index {u}")
-            table.append((name, o))
+        positions = decode_positions(state)
+        table = cls(max(capacity, len(positions)))
+        for position in positions:
+            table.append(position)
         return table
-
-
-def _words(text: Any, width: int) -> np.ndarray[Any, Any]:
-    if not isinstance(text, str):
-        raise ValueError(f"positions.slots: a base64 string expected, got {type(text).__name__}")
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as error:
-        raise ValueError(f"positions.slots: not base64 ({error})") from None
-    if len(raw) % (width // 8):
-        raise ValueError(f"positions.slots: {len(raw)} bytes is no whole number of words")
-    return np.frombuffer(raw, dtype=f"<u{width // 8}").astype(np.uint64)

@@ -14,13 +14,20 @@ every consumer back into one `Progress`, which a new set of consumers of any siz
 again: whole units not started are dealt out anew, units in progress continue at their
 offsets, nothing is read twice or left out. Sizes stay small because consumers advance
 in step: ``done`` and ``partial`` hold about (consumers x units in flight) entries.
+
+Items read but not yet delivered (a shuffle buffer's samples, as positions) travel too: a
+consumer's checkpoint lists those it holds under ``items`` (`conveyor.state.
+position_codec`), `merge` gathers every consumer's, and consumer ``c`` of the next split
+takes ``items[c::n]`` and delivers them first.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+from conveyor.state.position_codec import Position, decode_positions, encode_positions
 
 __all__ = [
     "ELASTIC_VERSION",
@@ -30,6 +37,7 @@ __all__ = [
     "consumer_progress",
     "fresh_progress",
     "is_elastic",
+    "item_share",
     "merge",
 ]
 
@@ -44,6 +52,7 @@ class Progress(TypedDict):
     below: int  # every position below is done
     done: list[int]  # positions >= below that are done (sorted)
     partial: list[list[int]]  # [position, items delivered] of units in progress (sorted)
+    items: NotRequired[dict[str, Any] | None]  # positions read, not delivered (see module)
 
 
 class ConsumerProgress(Progress):
@@ -124,6 +133,26 @@ class Pending:
         return max(0, -(-(len(self) - consumer) // consumers))
 
 
+def item_share(progress: Mapping[str, Any], consumer: int, consumers: int) -> list[Position]:
+    """The items a consumer of a new split delivers first: every ``consumers``-th."""
+    items = progress.get("items")
+    return decode_positions(items)[consumer::consumers] if items else []
+
+
+def _carried_items(states: Sequence[Mapping[str, Any] | None], count: int) -> list[Position]:
+    """Items still to deliver: those each consumer holds, and the split's own share of
+    any consumer that has not checkpointed since the split (it holds them unread)."""
+    carried: list[Position] = []
+    bases = [s for s in states if s is not None and "consumers" not in s]
+    for slot, state in enumerate(states):
+        if state is not None and "consumers" in state:
+            held = state.get("items")
+            carried.extend(decode_positions(held) if held else [])
+        elif bases:
+            carried.extend(item_share(bases[0], slot, count))
+    return carried
+
+
 def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
     """One `Progress` from the checkpoints of every consumer of one split.
 
@@ -139,9 +168,11 @@ def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
     base = bases[0]
     for other in bases[1:]:
         _check_same_split(base, other)
+    count = int(consumers[0]["consumers"]) if consumers else len(states)
+    carried = _carried_items(states, count)
+    items = encode_positions(carried) if carried else None
     if not consumers:
-        return _plain(base)
-    count = int(consumers[0]["consumers"])
+        return {**_plain(base), "items": items}
     pending = Pending(base, int(base["identity"]["units"]))
     reached = [0] * count  # entries finished per consumer
     current: dict[int, int] = {}  # pending entry -> items delivered
@@ -155,7 +186,7 @@ def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
         entry = slot + index * count
         if entry < len(pending) and int(state["offset"]) > 0:
             current[entry] = int(state["offset"])
-    return _folded(base, pending, count, reached, current)
+    return {**_folded(base, pending, count, reached, current), "items": items}
 
 
 def _folded(

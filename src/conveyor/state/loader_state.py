@@ -296,9 +296,15 @@ def consumer_states(state: LoaderStateDict) -> list[tuple[Any, int]]:
     """Each stream's (state or None, batches delivered after it) in one checkpoint."""
     workers = state.get("workers")
     if workers is None:
-        saved = state.get("dataset")
+        saved = _unstarted_as_none(state.get("dataset"))
         return [(saved, 0 if saved is not None else int(state.get("yielded", 0)))]
-    return list(zip(workers["states"], workers["counts"], strict=True))
+    states = [_unstarted_as_none(saved) for saved in workers["states"]]
+    return list(zip(states, workers["counts"], strict=True))
+
+
+def _unstarted_as_none(saved: Any) -> Any:
+    """A DataPipe's state before its first pull (``fresh``) says nothing was read."""
+    return None if isinstance(saved, dict) and saved.get("fresh") is True else saved
 
 
 def _why_not_mergeable(streams: Sequence[tuple[Any, int]]) -> str | None:

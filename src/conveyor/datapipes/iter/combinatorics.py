@@ -72,14 +72,20 @@ class _ShufflerCursor(SourceCursor[T]):
             self._rng.state = int(state["rng"])
             self._done = bool(state["done"])
             self._buffer: list[T] = self._restored_buffer(state)
+            if self._enabled and self._table is None and not self._buffer:
+                self._table = self._new_table()
         else:
             self._enabled = node._enabled
             if self._enabled:
                 self._rng = SplitMix64(node._take_seed())
             self._buffer = []
             self._done = False
-            if self._enabled and self.source.can_reread():
-                self._table = PositionTable(self._size)
+            if self._enabled:
+                self._table = self._new_table()
+
+    def _new_table(self) -> PositionTable | None:
+        """Positions beside the items, when the input can read items again."""
+        return PositionTable(self._size) if self.source.can_reread() else None
 
     def _restored_buffer(self, state: StateDict) -> list[T]:
         saved = state.get("positions")

@@ -134,6 +134,8 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
 
     def expand(self, item: Any, position: Any) -> Expansion[tuple[str, Any]]:
         url, raw = item
+        if position is None:  # a shard begun by another consumer starts where it stopped
+            position = getattr(url, "start", 0)
         url = str(url)
         self.policy.cut_short.discard(url)
         progress = ShardProgress(url, int(position or 0), self.policy.history)
