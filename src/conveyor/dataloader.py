@@ -46,6 +46,7 @@ from conveyor.state.loader_state import (
 )
 from conveyor.state.protocol import has_state
 from conveyor.state.save_check import check_loadable, checked_for_save
+from conveyor.state.validate import check_loader_state
 from conveyor.stats.counters import StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -403,6 +404,8 @@ class DataLoader(TorchDataLoader[T_co]):
         check_state_keys(state_dict)
         check_version(state_dict)
         check_loadable(state_dict)
+        check_loader_state(state_dict)
+        self._check_counts(state_dict)
         self._dropped_state = None
         if state_dict.get("in_epoch"):
             check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
@@ -420,6 +423,34 @@ class DataLoader(TorchDataLoader[T_co]):
         if isinstance(self._iterator, MultiWorkerIterator):
             self._iterator.close()  # persistent workers restart from the checkpoint
             self._iterator = None
+
+    def _check_counts(self, state: LoaderStateDict) -> None:
+        """ValueError when a checkpoint says more was delivered than this epoch holds."""
+        data = self._options.data
+        if data.iterable_style or not state.get("in_epoch"):
+            return
+        saved = state.get("fingerprint") or {}
+        try:
+            batches = len(self._index_sampler)  # type: ignore[arg-type]
+        except TypeError:
+            return
+        same_batches = saved.get("batch_size") == data.batch_size and not state.get("rebatched")
+        if same_batches and int(state.get("yielded", 0)) > batches:
+            raise ValueError(
+                f"DataLoader.load_state_dict: checkpoint field yielded={state.get('yielded')} "
+                f"is more batches than this loader's epoch holds ({batches})"
+            )
+        samples = state.get("samples")
+        if samples is not None and data.sampler is not None:
+            try:
+                total = len(data.sampler)  # type: ignore[arg-type]
+            except TypeError:
+                return
+            if samples > total:
+                raise ValueError(
+                    f"DataLoader.load_state_dict: checkpoint field samples={samples} is more "
+                    f"samples than this loader's epoch holds ({total})"
+                )
 
     def __len__(self) -> int:
         if not self._options.data.iterable_style:

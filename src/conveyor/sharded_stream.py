@@ -74,6 +74,10 @@ class ShardedStream(IterableDataset[T], Generic[S, T]):
         self._loaded: Mapping[str, Any] | None = None
         self._cursor: _Cursor[S, T] | None = None
 
+    def checkpoint_identity(self) -> str:
+        """Which data a checkpoint of this stream is about: its shards (digest, number)."""
+        return f"ShardedStream:{self._digest}:{len(self.shards)}"
+
     def set_epoch(self, epoch: int) -> None:
         """Shuffle the shards by ``epoch`` from the next iteration on (the same on every rank)."""
         self.epoch = epoch

@@ -10,6 +10,7 @@ same batches.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from typing import Any
 
@@ -146,6 +147,8 @@ def _epoch_end_resume(cls: type, name: str, *options: Any) -> tuple[list[Any], l
     resumed.load_state_dict(state)
     rest = list(resumed)
     _shut_down(resumed)
+    del loader, resumed
+    gc.collect()  # torchdata's queues close their pipes when collected
     return expected, rest
 
 

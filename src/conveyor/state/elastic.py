@@ -31,6 +31,7 @@ from conveyor.state.position_codec import Position, decode_positions, encode_pos
 
 __all__ = [
     "ELASTIC_VERSION",
+    "check_progress",
     "ConsumerProgress",
     "Pending",
     "Progress",
@@ -72,6 +73,58 @@ def fresh_progress(identity: Mapping[str, Any]) -> Progress:
 def is_elastic(state: object) -> bool:
     """Whether ``state`` is a `Progress` (or a consumer's), resumable on any topology."""
     return isinstance(state, Mapping) and state.get("elastic") == ELASTIC_VERSION
+
+
+def _int_in(value: Any, field: str, low: int, high: int) -> int:
+    if type(value) is not int:
+        raise TypeError(f"progress field {field} is a {type(value).__name__}, expected int")
+    if not low <= value < high:
+        raise ValueError(f"progress field {field}={value} is outside [{low}, {high})")
+    return value
+
+
+def check_progress(state: Any) -> None:
+    """TypeError / ValueError naming the field when ``state`` is no sound elastic progress
+    (a consumer's, a merged one, `TarShards`'): damaged, truncated or edited."""
+    if not is_elastic(state):
+        raise ValueError("not an elastic progress (its 'elastic' marker is missing)")
+    for key in ("identity", "below", "done", "partial"):
+        if key not in state:
+            raise ValueError(f"progress field {key} is missing")
+    identity = state["identity"]
+    if not isinstance(identity, Mapping):
+        raise TypeError("progress field identity is no dict")
+    units = _int_in(identity.get("units"), "identity.units", 0, 2**53)
+    below = _int_in(state["below"], "below", 0, units + 1)
+    _check_positions(state["done"], state["partial"], below, units)
+    if "consumers" in state:
+        consumers = _int_in(state["consumers"], "consumers", 1, 2**31)
+        _int_in(state.get("consumer"), "consumer", 0, consumers)
+        _int_in(state.get("index"), "index", 0, units + 1)
+        _int_in(state.get("offset"), "offset", 0, 2**63)
+    items = state.get("items")
+    if items is not None:
+        if not isinstance(items, Mapping):
+            raise TypeError("progress field items is no dict")
+        decode_positions(items)
+
+
+def _check_positions(done: Any, partial: Any, below: int, units: int) -> None:
+    """``done`` and ``partial`` sorted, distinct, apart, within ``[below, units)``."""
+    if not isinstance(done, list) or not isinstance(partial, list):
+        raise TypeError("progress fields done and partial are lists")
+    for index, position in enumerate(done):
+        _int_in(position, f"done[{index}]", below, units)
+    if done != sorted(set(done)):
+        raise ValueError("progress field done is not sorted and distinct")
+    positions = []
+    for index, pair in enumerate(partial):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"progress field partial[{index}] is no [position, offset] pair")
+        positions.append(_int_in(pair[0], f"partial[{index}][0]", below, units))
+        _int_in(pair[1], f"partial[{index}][1]", 0, 2**63)
+    if positions != sorted(set(positions)) or set(positions) & set(done):
+        raise ValueError("progress field partial lists a position twice, or one done")
 
 
 def consumer_progress(

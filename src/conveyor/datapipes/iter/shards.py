@@ -327,6 +327,10 @@ class TarShards(IterDataPipe[dict[str, Any]]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
         return _PassCursor(self, state)
 
+    def checkpoint_identity(self) -> str:
+        """Which data a checkpoint of this pipe is about: its shard URLs (as given)."""
+        return "TarShards:" + str(_identity(self.shards.urls, None)["shards"])
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state``: this pipe's own, or a progress merged from several
         consumers' (`conveyor.merge_checkpoints`), which this consumer splits again."""
