@@ -16,6 +16,7 @@ from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
 from conveyor.formats.skips import SkipRecord
 from conveyor.sampler import BatchSampler
+from conveyor.state.certificate import Certificate, digest_identities
 from conveyor.state.fingerprint import fingerprint_of
 from conveyor.state.loader_state import (
     STATE_VERSION,
@@ -103,6 +104,10 @@ class LoaderIterator:
         self._skips = SkipLog(self._options.errors.max_skipped)
         self._samples_per_batch = data.samples_per_request
         self._batch_samples = 0  # samples in the batch _next_data returned last
+        self._batch_digest: tuple[int, int] | None = None  # and their identities' digest
+        saved = resume.state.get("certificate") if resume is not None else None
+        self.certificate = Certificate.from_state(saved)  # what this epoch delivered
+        self.clock.certificate = (self.certificate.hex, self.certificate.samples)
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
         self._placed_run = self._placed_epoch(resume)
@@ -207,7 +212,18 @@ class LoaderIterator:
                 self._replicas, self._samples_per_batch, self._consumed_before
             ),
             "topology": {"world_size": self.world[0], "rank": self.world[1]},
+            "certificate": self.certificate.state(),
         }
+
+    def _certify(self) -> None:
+        """Fold the batch just delivered into the epoch's certificate: by its samples'
+        identities, or (a stream that names none) by their positions in the epoch."""
+        part = self._batch_digest
+        if part is None:
+            first, count = self.certificate.samples, self._batch_samples
+            part = digest_identities(range(first, first + count)), count
+        self.certificate = self.certificate.add(part)
+        self.clock.certificate = (self.certificate.hex, self.certificate.samples)
 
     def _next_request(self) -> tuple[int, Any]:
         """The next ``(position, request)`` of this epoch; raises StopIteration at the end."""
@@ -292,6 +308,7 @@ class LoaderIterator:
                 self._keep_epoch_end()
             raise
         clock.leave(entered, self._batch_samples)
+        self._certify()
         self._num_yielded += 1
         if self._data.iterable_style:
             self._check_len_hint()

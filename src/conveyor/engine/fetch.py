@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state import stream_state
+from conveyor.state.certificate import digest_identities, digest_indices, digest_keyed
 from conveyor.state.protocol import has_state
 
 
@@ -61,6 +62,7 @@ class MapFetcher:
         return True
 
     captured: Any = None  # the dataset's state, taken by ``fetch(..., capture=True)``
+    last_digest: tuple[int, int] | None = None  # the last batch's (digest, count)
 
     def fetch(self, request: Any, capture: bool = False) -> Any:
         """One batch; with ``capture``, the dataset's state after it goes to ``captured``."""
@@ -71,6 +73,7 @@ class MapFetcher:
 
     def _fetch(self, request: Any) -> Any:
         self.last_count = len(request) if self._auto_collation else 1
+        self.last_digest = digest_indices(request)  # the indices are the identities
         if not self._auto_collation:
             return self._collate_fn(self._dataset[request])
         if self._getitems is not None:
@@ -105,20 +108,21 @@ class SkippingMapFetcher(MapFetcher):
             ok, sample = self._get(request)
             if not ok:
                 raise BatchSkipped
-            self.last_count = 1
+            self.last_count, self.last_digest = 1, digest_indices(request)
             return self._collate_fn(sample)
         if self._getitems is not None:
             try:
                 batch = self._collate_fn(self._getitems(request))
-                self.last_count = len(request)
+                self.last_count, self.last_digest = len(request), digest_indices(request)
                 return batch
             except Exception:
                 pass  # find the bad samples one by one
-        samples = [sample for ok, sample in map(self._get, request) if ok]
-        if not samples:
+        got = [(index, sample) for index in request for ok, sample in [self._get(index)] if ok]
+        if not got:
             raise BatchSkipped
-        self.last_count = len(samples)
-        return self._collate_fn(samples)
+        self.last_count = len(got)
+        self.last_digest = digest_indices([index for index, _ in got])  # the delivered ones
+        return self._collate_fn([sample for _, sample in got])
 
     def take_skips(self) -> Skips:
         skipped, self._skipped = self._skipped, []
@@ -147,6 +151,9 @@ class IterableFetcher:
         self._pending: SampleError | None = None  # raised after the partial batch before it
         self.ended = False
         self.last_count = 0
+        self.last_digest: tuple[int, int] | None = None  # None: identified by position
+        identify = getattr(dataset, "identify_last", None)
+        self._identify = identify if callable(identify) else None
 
     def take_skips(self) -> Skips:
         """Samples the pipeline skipped (``on_error="skip"``: the process's `SkipSink`)."""
@@ -186,30 +193,38 @@ class IterableFetcher:
             raise StopIteration
         if self._iterator is None:
             self._iterator = iter(self._dataset)
+        identities: list[int] | None = [] if self._identify is not None else None
         if not self._auto_collation:
             try:
                 pulled: Any = next(self._iterator)
             except StopIteration:
                 self.ended = True
                 raise
+            if identities is not None:
+                identities.append(self._identify())  # type: ignore[misc]
             self.last_count = 1
+            self.last_digest = _stream_digest([pulled], identities)
         else:
-            pulled = self._pull(len(request))
+            pulled = self._pull(len(request), identities)
             self.last_count = len(pulled)
+            self.last_digest = _stream_digest(pulled, identities)
         if capture:
             self.captured = self.state()
         return self._collate_fn(pulled)
 
-    def _pull(self, wanted: int) -> list[Any]:
+    def _pull(self, wanted: int, identities: list[int] | None) -> list[Any]:
         """Up to ``wanted`` samples: fewer at the end of the stream (unless ``drop_last``)
         or before bad data (the complete samples first, the error with the next fetch)."""
         # next() rather than a for loop: a for loop calls iter() on the iterator again, and
         # a dataset whose __iter__ resets itself and returns self would restart every batch.
         assert self._iterator is not None
         samples: list[Any] = []
+        identify = self._identify
         while len(samples) < wanted:
             try:
                 samples.append(next(self._iterator))
+                if identities is not None:
+                    identities.append(identify())  # type: ignore[misc]
             except StopIteration:
                 self.ended = True
                 if not samples or (self._drop_last and len(samples) < wanted):
@@ -221,6 +236,14 @@ class IterableFetcher:
                 self._pending = error
                 break
         return samples
+
+
+def _stream_digest(samples: list[Any], identities: list[int] | None) -> tuple[int, int] | None:
+    """``(digest, count)`` of a stream's batch: by the identities its dataset gave, else by
+    the samples' ``__url__``/``__key__``; None (identified by position) if neither."""
+    if identities is not None:
+        return digest_identities(identities), len(identities)
+    return digest_keyed(samples)
 
 
 def make_fetcher(spec: FetchSpec, dataset: Any) -> MapFetcher | IterableFetcher:

@@ -79,10 +79,11 @@ class BatchInfo(NamedTuple):
     """What a worker says about a task beside its data."""
 
     busy_s: float  # time spent fetching
-    stream_state: bytes | None  # pickled ``dataset.state_dict()`` after it (stateful streams)
+    stream_state: Any  # the dataset's state after it, packed (transport/state_wire.py)
     skips: Skips  # samples dropped by on_error="skip"
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
     samples: int = 0  # samples in the batch
+    digest: tuple[int, int] | None = None  # (digest, count) of its samples' identities
 
 
 class Reply(NamedTuple):

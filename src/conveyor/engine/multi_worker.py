@@ -286,7 +286,9 @@ class MultiWorkerIterator(LoaderIterator):
             reply.payload.reraise()
         if reply.status == msg.SKIPPED:
             return _SKIPPED
-        self._batch_samples = reply.info.samples if reply.info is not None else 0
+        info = reply.info
+        self._batch_samples = info.samples if info is not None else 0
+        self._batch_digest = info.digest if info is not None else None
         if self._pin is not None:
             return self._pin(reply.payload)
         return reply.payload

@@ -88,6 +88,7 @@ class SingleProcessIterator(LoaderIterator):
             self._record_skips(self._fetcher.take_skips())
             break
         self._batch_samples = self._fetcher.last_count
+        self._batch_digest = self._fetcher.last_digest
         if self._pin is not None:
             data = self._pin(data)
         return data

@@ -152,7 +152,9 @@ def _answer(
         state = _packed(fetcher.captured) if capture else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
-        info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
+        info = BatchInfo(
+            busy, state, fetcher.take_skips(), stages, fetcher.last_count, fetcher.last_digest
+        )
         return Reply(task.task_id, msg.OK, data, info)
     except BatchSkipped:
         info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)

@@ -53,6 +53,7 @@ class LoaderStateDict(TypedDict, total=False):
     fingerprint: Any  # what the checkpoint depends on (state/fingerprint.py)
     topology: Any  # {"world_size", "rank", "worker_type"} of the loader that took it
     elastic: Any  # streams merged by merge_checkpoints: one progress for any topology
+    certificate: Any  # {"digest", "samples"} of the epoch so far (state/certificate.py)
 
 
 class EpochStart:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from conveyor.state.certificate import Certificate
 from conveyor.state.elastic import check_progress, is_elastic
 
 __all__ = ["check_loader_state"]
@@ -163,6 +164,13 @@ def _placed_or_progress(value: Any, path: str) -> None:
         _mapping(value, path)
 
 
+def _certificate(value: Any, path: str) -> None:
+    try:
+        Certificate.from_state(value)
+    except ValueError as error:
+        raise ValueError(f"DataLoader.load_state_dict: {error}") from None
+
+
 FIELDS: dict[str, Check] = {
     "version": _count,
     "in_epoch": _flag,
@@ -182,6 +190,7 @@ FIELDS: dict[str, Check] = {
     "fingerprint": _mapping,
     "topology": _topology,
     "elastic": _placed_or_progress,
+    "certificate": _certificate,
 }
 
 
