@@ -240,3 +240,21 @@ class WritesFile:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (os.system, (f"touch {self.path}",))
+
+
+class Augmented:
+    """Map-style: each sample draws an "augmentation" from its own generators."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import conveyor
+
+        rng = conveyor.sample_generators()
+        noise = torch.rand(3, generator=rng.torch)
+        jitter = rng.random.random() + float(rng.numpy.standard_normal())
+        return torch.cat([torch.tensor([float(i), jitter]), noise])

@@ -127,6 +127,10 @@ class DataLoader(TorchDataLoader[T_co]):
             either way: the main process counts each worker's batches since its last state,
             and a resume reads those again (so larger values make resuming slower, not
             checkpoints coarser). Map-style datasets are unaffected (their order is indices).
+        sample_seed: seeds per-sample generators, ``conveyor.sample_generators()``: draw
+            a sample's augmentations from them and they are the same for that sample in
+            every run, on any worker count or kind, resumed or not (seeded from
+            ``(sample_seed, epoch, index)``). None (the default): off.
         A worker that dies raises at once with its id, pid and signal instead of hanging.
     """
 
@@ -150,6 +154,7 @@ class DataLoader(TorchDataLoader[T_co]):
     fullsync = _Option[bool]("")
     profile_stages = _Option[bool]("")
     snapshot_every_n_steps = _Option[int | None]("")
+    sample_seed = _Option[int | None]("")
 
     _options: LoaderOptions
     __initialized = False
@@ -183,6 +188,7 @@ class DataLoader(TorchDataLoader[T_co]):
         profile_stages: bool = False,
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
+        sample_seed: int | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -224,6 +230,7 @@ class DataLoader(TorchDataLoader[T_co]):
             fullsync=fullsync,
             profile_stages=profile_stages,
             snapshot_every_n_steps=snapshot_every_n_steps,
+            sample_seed=sample_seed,
         )
         self._IterableDataset_len_called: int | None = None
         self._iterator: LoaderIterator | None = None
@@ -233,6 +240,7 @@ class DataLoader(TorchDataLoader[T_co]):
         self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
         self._epoch_clock: StepClock | None = None
         self._epoch_serial = 0
+        self._next_epoch = 0  # the number of the epoch the next iter() starts
         self._dropped_state: LoaderStateDict | None = None
         self._mirror_attributes()
         self.__initialized = True
@@ -342,7 +350,7 @@ class DataLoader(TorchDataLoader[T_co]):
             loader = ref()
             return None if loader is None else loader._IterableDataset_len_called
 
-        plan = LoadPlan(self._options, self._hooks())
+        plan = LoadPlan(self._options, self._hooks(), self._next_epoch)
         resume, self._resume = self._resume, None
         workers = plan.options.workers
         if workers.num_workers == 0:
@@ -355,9 +363,10 @@ class DataLoader(TorchDataLoader[T_co]):
             iterator = self._get_iterator()
         elif isinstance(self._iterator, MultiWorkerIterator) and self._resume is None:
             iterator = self._iterator
-            iterator.reset()
+            iterator.reset(self._next_epoch)
         else:
             iterator = self._iterator = self._get_iterator()
+        self._next_epoch = iterator.epoch + 1
         self._epoch_iterator = weakref.ref(iterator)
         self._epoch_clock = iterator.clock
         self._dropped_state = None
@@ -390,7 +399,7 @@ class DataLoader(TorchDataLoader[T_co]):
             return self._dropped_state
         if self._resume is not None:
             return self._resume.state  # loaded but not started yet
-        return between_epochs_state(self.generator, self._index_sampler)
+        return between_epochs_state(self.generator, self._index_sampler, self._next_epoch)
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
         """Make the next ``iter(loader)`` continue from ``state_dict``.
@@ -406,6 +415,7 @@ class DataLoader(TorchDataLoader[T_co]):
         check_loadable(state_dict)
         check_loader_state(state_dict)
         self._check_counts(state_dict)
+        self._next_epoch = int(state_dict.get("epoch", 0))
         self._dropped_state = None
         if state_dict.get("in_epoch"):
             check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))

@@ -58,6 +58,7 @@ class LoaderIterator:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._fingerprint = fingerprint_of(self._data)
         self.world = world_and_rank()  # (world size, rank) the checkpoints record
+        self.epoch = plan.epoch  # the loader's epoch number (checkpoints keep it)
         self._begin_epoch(resume, draw_base_seed_now=True)
 
     # ------------------------------------------------------------------ epochs
@@ -213,6 +214,7 @@ class LoaderIterator:
             ),
             "topology": {"world_size": self.world[0], "rank": self.world[1]},
             "certificate": self.certificate.state(),
+            "epoch": self.epoch,
         }
 
     def _certify(self) -> None:
@@ -287,7 +289,7 @@ class LoaderIterator:
         if not end:
             return
         data = self._data
-        state = between_epochs_state(data.generator, data.index_sampler)
+        state = between_epochs_state(data.generator, data.index_sampler, self.epoch + 1)
         state["topology"] = {"world_size": self.world[0], "rank": self.world[1]}
         state.update(end)  # type: ignore[typeddict-item]
         keep(state)
@@ -356,8 +358,9 @@ class LoaderIterator:
         draw = self._hooks.draw_shared_seed
         return None if draw is None else draw(self._data.generator)
 
-    def _reset(self) -> None:
-        """Start a new epoch on the same iterator (persistent workers keep their seeds)."""
+    def _reset(self, epoch: int) -> None:
+        """Start epoch ``epoch`` on the same iterator (persistent workers keep their seeds)."""
+        self.epoch = epoch
         self._begin_epoch(None, draw_base_seed_now=False)
 
 

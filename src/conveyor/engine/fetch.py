@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from conveyor.engine.sample_seeding import sample_context, seeding_epoch
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state import stream_state
@@ -26,6 +27,7 @@ class FetchSpec(NamedTuple):
     drop_last: bool
     skip_bad_samples: bool = False  # on_error="skip" (map-style only)
     samples_per_request: int = 1  # a stream's batch size (replaying a resumed stream)
+    sample_seed: int | None = None  # per-sample generators (engine/sample_seeding.py)
 
     @property
     def replay_request(self) -> Any:
@@ -50,6 +52,7 @@ class MapFetcher:
         self._collate_fn = collate_fn
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
         self.last_count = 0  # samples in the last batch fetched
+        self.seeding: tuple[int | None, int] = (None, 0)  # (sample_seed, epoch)
 
     def state(self) -> Any:
         """The dataset's own state (an RNG it draws from, say); None if it has none."""
@@ -66,20 +69,33 @@ class MapFetcher:
 
     def fetch(self, request: Any, capture: bool = False) -> Any:
         """One batch; with ``capture``, the dataset's state after it goes to ``captured``."""
-        data = self._fetch(request)
+        if self.seeding[0] is None:
+            data = self._fetch(request)
+        else:
+            with seeding_epoch(*self.seeding):
+                data = self._fetch(request)
         if capture:
             self.captured = self.state()
         return data
+
+    def _get(self, index: Any) -> Any:
+        """``dataset[index]``; with sample seeding, its generators seeded for ``index``."""
+        if self.seeding[0] is None:
+            return self._dataset[index]
+        with sample_context(index):
+            return self._dataset[index]
 
     def _fetch(self, request: Any) -> Any:
         self.last_count = len(request) if self._auto_collation else 1
         self.last_digest = digest_indices(request)  # the indices are the identities
         if not self._auto_collation:
-            return self._collate_fn(self._dataset[request])
+            return self._collate_fn(self._get(request))
         if self._getitems is not None:
             return self._collate_fn(self._getitems(request))
-        dataset = self._dataset
-        return self._collate_fn([dataset[i] for i in request])
+        if self.seeding[0] is None:
+            dataset = self._dataset
+            return self._collate_fn([dataset[i] for i in request])
+        return self._collate_fn([self._get(i) for i in request])
 
     def take_skips(self) -> Skips:
         """Samples dropped since the last call (none here)."""
@@ -94,9 +110,9 @@ class SkippingMapFetcher(MapFetcher):
         super().__init__(dataset, auto_collation, collate_fn)
         self._skipped: list[SkipRecord] = []
 
-    def _get(self, index: Any) -> tuple[bool, Any]:
+    def _try(self, index: Any) -> tuple[bool, Any]:
         try:
-            return True, self._dataset[index]
+            return True, self._get(index)
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             self._skipped.append(SkipRecord("", reason, 1, (f"index {index!r}",)))
@@ -105,7 +121,7 @@ class SkippingMapFetcher(MapFetcher):
     def _fetch(self, request: Any) -> Any:
         self.last_count = 0
         if not self._auto_collation:
-            ok, sample = self._get(request)
+            ok, sample = self._try(request)
             if not ok:
                 raise BatchSkipped
             self.last_count, self.last_digest = 1, digest_indices(request)
@@ -117,7 +133,7 @@ class SkippingMapFetcher(MapFetcher):
                 return batch
             except Exception:
                 pass  # find the bad samples one by one
-        got = [(index, sample) for index in request for ok, sample in [self._get(index)] if ok]
+        got = [(index, sample) for index in request for ok, sample in [self._try(index)] if ok]
         if not got:
             raise BatchSkipped
         self.last_count = len(got)
@@ -154,6 +170,7 @@ class IterableFetcher:
         self.last_digest: tuple[int, int] | None = None  # None: identified by position
         identify = getattr(dataset, "identify_last", None)
         self._identify = identify if callable(identify) else None
+        self.seeding: tuple[int | None, int] = (None, 0)  # (sample_seed, epoch)
 
     def take_skips(self) -> Skips:
         """Samples the pipeline skipped (``on_error="skip"``: the process's `SkipSink`)."""
@@ -193,7 +210,14 @@ class IterableFetcher:
             raise StopIteration
         if self._iterator is None:
             self._iterator = iter(self._dataset)
+        if self.seeding[0] is None:
+            return self._fetch(request, capture)
+        with seeding_epoch(*self.seeding):  # a stream passes each sample's identity itself
+            return self._fetch(request, capture)
+
+    def _fetch(self, request: Any, capture: bool) -> Any:
         identities: list[int] | None = [] if self._identify is not None else None
+        assert self._iterator is not None
         if not self._auto_collation:
             try:
                 pulled: Any = next(self._iterator)
@@ -246,10 +270,15 @@ def _stream_digest(samples: list[Any], identities: list[int] | None) -> tuple[in
     return digest_keyed(samples)
 
 
-def make_fetcher(spec: FetchSpec, dataset: Any) -> MapFetcher | IterableFetcher:
-    """The fetcher ``spec`` asks for, over ``dataset`` (this consumer's prepared copy)."""
+def make_fetcher(spec: FetchSpec, dataset: Any, epoch: int = 0) -> MapFetcher | IterableFetcher:
+    """The fetcher ``spec`` asks for, over ``dataset`` (this consumer's prepared copy), for
+    the loader's epoch ``epoch`` (per-sample generators are seeded from it)."""
+    fetcher: MapFetcher | IterableFetcher
     if spec.iterable_style:
-        return IterableFetcher(dataset, spec.auto_collation, spec.collate_fn, spec.drop_last)
-    if spec.skip_bad_samples:
-        return SkippingMapFetcher(dataset, spec.auto_collation, spec.collate_fn)
-    return MapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+        fetcher = IterableFetcher(dataset, spec.auto_collation, spec.collate_fn, spec.drop_last)
+    elif spec.skip_bad_samples:
+        fetcher = SkippingMapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+    else:
+        fetcher = MapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+    fetcher.seeding = (spec.sample_seed, epoch)
+    return fetcher

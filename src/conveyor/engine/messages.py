@@ -52,6 +52,7 @@ class StartEpoch(NamedTuple):
     """Persistent workers: a new epoch starts with this shared seed; answer `RESUMED`."""
 
     shared_seed: int | None
+    epoch: int = 0  # the loader's epoch number
 
 
 class DatasetControl(NamedTuple):

@@ -86,6 +86,7 @@ class MultiWorkerIterator(LoaderIterator):
             streams=streams,
             world=self.world,
             state_every=_state_every(self._options.snapshot_every_n_steps, workers.num_workers),
+            epoch=plan.epoch,
         )
         self._pool: WorkerPool | None = None
         self._worker_handles: list[Any] = []
@@ -149,7 +150,7 @@ class MultiWorkerIterator(LoaderIterator):
         """Tell persistent workers a new epoch starts; drop whatever the last one left."""
         pool = self._require_pool()
         for worker_id in range(self._worker_options.num_workers):
-            pool.send(worker_id, StartEpoch(self._shared_seed))
+            pool.send(worker_id, StartEpoch(self._shared_seed, self.epoch))
         waiting = self._worker_options.num_workers
         while waiting:
             for _, reply in pool.receive(None):
@@ -158,9 +159,9 @@ class MultiWorkerIterator(LoaderIterator):
                 elif reply.status == msg.INIT_ERROR:
                     reply.payload.reraise()
 
-    def reset(self) -> None:
-        """Start the next epoch on the same workers (``persistent_workers=True``)."""
-        self._reset()
+    def reset(self, epoch: int) -> None:
+        """Start epoch ``epoch`` on the same workers (``persistent_workers=True``)."""
+        self._reset(epoch)
         try:
             self._start_epoch(first=False)
         except BaseException:

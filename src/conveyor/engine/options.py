@@ -139,6 +139,7 @@ class LoaderOptions(Frozen):
         "fullsync",
         "pin",
         "profile_stages",
+        "sample_seed",
         "snapshot_every_n_steps",
         "workers",
     )
@@ -148,7 +149,8 @@ class LoaderOptions(Frozen):
     errors: ErrorOptions
     fullsync: bool  # under torch.distributed, every rank stops with the first
     profile_stages: bool  # time every stage of a DataPipe graph
-    snapshot_every_n_steps: int | None  # torchdata's; every step is exact here
+    snapshot_every_n_steps: int | None  # how often workers send their state (torchdata's)
+    sample_seed: int | None  # per-sample generators (engine/sample_seeding.py); None: off
 
     def __init__(
         self,
@@ -159,8 +161,11 @@ class LoaderOptions(Frozen):
         fullsync: bool = False,
         profile_stages: bool = False,
         snapshot_every_n_steps: int | None = None,
+        sample_seed: int | None = None,
     ) -> None:
         check_snapshot_steps(snapshot_every_n_steps)
+        if sample_seed is not None and (type(sample_seed) is not int or sample_seed < 0):
+            raise ValueError(f"sample_seed should be None or an int >= 0, got {sample_seed!r}")
         if errors.skip_bad_samples and data.iterable_style:
             raise ValueError(
                 "on_error='skip' applies to map-style datasets: a stream cannot go on after "
@@ -193,4 +198,5 @@ class LoaderOptions(Frozen):
             drop_last=data.drop_last,
             skip_bad_samples=self.errors.skip_bad_samples,
             samples_per_request=data.samples_per_request,
+            sample_seed=self.sample_seed,
         )

@@ -31,3 +31,4 @@ class LoadPlan(NamedTuple):
 
     options: LoaderOptions
     hooks: EpochHooks = EpochHooks()
+    epoch: int = 0  # the loader's epochs started before this one (checkpoints keep it)

@@ -29,7 +29,7 @@ class SingleProcessIterator(LoaderIterator):
         self._dataset = dataset
         if is_placed(dataset):  # the one consumer: every position of this rank
             place(dataset, 0, 1, self.world, self._data.samples_per_request)
-        self._fetcher = make_fetcher(self._options.fetch_spec(), dataset)
+        self._fetcher = make_fetcher(self._options.fetch_spec(), dataset, plan.epoch)
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
         if resume is not None and self._data.iterable_style:
             self._resume_stream(resume)

@@ -165,6 +165,7 @@ class WorkerSetup(NamedTuple):
     # a stream's state goes with every ``state_every``-th batch of a worker (0: never;
     # the main process counts the batches since, which a resume reads again)
     state_every: int = 1
+    epoch: int = 0  # the loader's epoch (per-sample generators are seeded from it)
 
     @property
     def kind(self) -> WorkerKind:

@@ -91,7 +91,7 @@ def run_worker(
     where = f"in DataLoader worker {setup.kind.name} {worker_id}"
     try:
         dataset = _prepare(setup, worker_id)
-        fetcher = make_fetcher(setup.fetch, dataset)
+        fetcher = make_fetcher(setup.fetch, dataset, setup.epoch)
         ended = _resume_stream(setup, worker_id, fetcher)
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
@@ -109,7 +109,7 @@ def run_worker(
                 dataset = _prepared_graph(
                     setup, setup.fetch.dataset, worker_id, message.shared_seed
                 )
-            fetcher = make_fetcher(setup.fetch, dataset)
+            fetcher = make_fetcher(setup.fetch, dataset, message.epoch)
             ended = False
             cadence.restart()
             timers.renew(dataset)

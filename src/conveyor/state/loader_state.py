@@ -54,6 +54,7 @@ class LoaderStateDict(TypedDict, total=False):
     topology: Any  # {"world_size", "rank", "worker_type"} of the loader that took it
     elastic: Any  # streams merged by merge_checkpoints: one progress for any topology
     certificate: Any  # {"digest", "samples"} of the epoch so far (state/certificate.py)
+    epoch: int  # in an epoch: its number; between epochs: the next one's
 
 
 class EpochStart:
@@ -384,7 +385,7 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
 
 
 def between_epochs_state(
-    generator: torch.Generator | None, index_sampler: object
+    generator: torch.Generator | None, index_sampler: object, epoch: int
 ) -> LoaderStateDict:
     """A checkpoint between two epochs: the loader's generator where the last epoch left it
     and, for a sampler that draws from its own generator (torchdata's RandomSampler), where
@@ -393,6 +394,7 @@ def between_epochs_state(
         "version": STATE_VERSION,
         "in_epoch": False,
         "generator": generator.get_state() if generator is not None else None,
+        "epoch": epoch,  # the next epoch's number
     }
     next_epoch_state = getattr(index_sampler, "next_epoch_state", None)
     if callable(next_epoch_state):

@@ -191,6 +191,7 @@ FIELDS: dict[str, Check] = {
     "topology": _topology,
     "elastic": _placed_or_progress,
     "certificate": _certificate,
+    "epoch": _count,
 }
 
 
