@@ -9,8 +9,9 @@ from typing import Any
 
 from conveyor.distributed import world_and_rank
 from conveyor.engine.pin_thread import warn_unpinnable
-from conveyor.engine.placed import PlacedRun, is_placed
+from conveyor.engine.placed import PlacedRun
 from conveyor.engine.plan import LoadPlan
+from conveyor.engine.progress import progress_for
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
@@ -57,6 +58,9 @@ class LoaderIterator:
         elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._fingerprint = fingerprint_of(self._data)
+        workers = options.workers
+        # how this kind of data keeps, ships and resumes its place: chosen once
+        self._progress = progress_for(self._data, workers.in_order, workers.num_workers)
         self.world = world_and_rank()  # (world size, rank) the checkpoints record
         self.epoch = plan.epoch  # the loader's epoch number (checkpoints keep it)
         self._begin_epoch(resume, draw_base_seed_now=True)
@@ -111,16 +115,8 @@ class LoaderIterator:
         self.clock.certificate = (self.certificate.hex, self.certificate.samples)
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
-        self._placed_run = self._placed_epoch(resume)
-
-    def _placed_epoch(self, resume: Resume | None) -> PlacedRun | None:
-        """A dataset whose positions the loader splits (`conveyor.engine.placed`)."""
-        data = self._data
-        if not (data.iterable_style and is_placed(data.dataset)):
-            return None
-        saved = resume.state.get("elastic") if resume is not None else None
-        start = int(saved["position"]) if isinstance(saved, dict) else 0
-        return PlacedRun(start, self._num_yielded, data.samples_per_request, self.world[0])
+        # a dataset whose positions the loader splits (`conveyor.engine.placed`)
+        self._placed_run = self._progress.placed_run(resume, self._num_yielded, data, self.world[0])
 
     def _rebatch_point(self, resume: Resume) -> int | None:
         """Samples to skip when the checkpoint's batches are not this loader's (its
@@ -132,9 +128,8 @@ class LoaderIterator:
         if saved.get("batch_size") == data.batch_size and not state.get("rebatched"):
             return None
         change = f"batch_size {saved.get('batch_size')!r} -> {data.batch_size!r}"
-        if data.iterable_style:
-            _check_stream_rebatch(state, change)
-            return None  # each stream continues from its own state, in batches of any size
+        if not self._progress.rebatches(state, change):
+            return None
         samples = state.get("samples")
         if (
             samples is None
@@ -182,7 +177,7 @@ class LoaderIterator:
         """Samples of the epoch's order in its first ``batches`` batches after the resume
         point (None when batch sizes vary: a batch_sampler of the user's)."""
         data = self._data
-        if data.iterable_style or self._samples_before is None:
+        if not self._progress.counts_samples or self._samples_before is None:
             return None
         if data.batch_sampler is None:
             return self._samples_before + batches
@@ -281,9 +276,7 @@ class LoaderIterator:
         keep = self.keep_state_when_dropped
         if keep is None or self._ended_early:
             return
-        end = self._stream_end() or {}
-        if self._placed_run is not None:  # a new run from position 0, with today's weights
-            end = {"elastic": self._data.dataset.next_run_state()}
+        end = self._progress.next_run(self._data.dataset) or self._stream_end() or {}
         if self._reuses_base_seed():
             end.update(drew_base_seed=False, base_seed=self._base_seed)
         if not end:
@@ -362,25 +355,6 @@ class LoaderIterator:
         """Start epoch ``epoch`` on the same iterator (persistent workers keep their seeds)."""
         self.epoch = epoch
         self._begin_epoch(None, draw_base_seed_now=False)
-
-
-def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:
-    """A stream without state is resumed by reading and dropping the batches delivered,
-    which counts batches of the checkpoint's size: with another size it would be wrong."""
-    workers = state.get("workers")
-    if state.get("elastic") is not None:
-        return  # merged progress: every stream seeks
-    if workers is None:
-        replays = state.get("dataset") is None and int(state.get("yielded", 0)) > 0
-    else:  # a worker reads again the batches it delivered after its state was taken
-        replays = any(count > 0 for count in workers["counts"])
-    if replays:
-        raise ValueError(
-            f"this checkpoint of an iterable-style dataset cannot be resumed with another "
-            f"batching ({change}): the dataset has no state_dict(), so resuming re-reads and "
-            "drops the batches already delivered, counted in the checkpoint's batch size; "
-            "resume with that batch_size, or give the dataset state_dict()/load_state_dict()"
-        )
 
 
 def _batches_after(

@@ -20,40 +20,17 @@ from conveyor.engine.in_flight import InFlight, RoundRobin
 from conveyor.engine.messages import DatasetControl, Reply, StartEpoch, Task
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.pool import WorkerDiedError, WorkerPool
+from conveyor.engine.progress import Deliveries
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.seeding import EpochSeeds
 from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.state import stream_state
-from conveyor.state.loader_state import (
-    DeliveryLog,
-    LoaderStateDict,
-    Resume,
-    StreamResume,
-    WorkerStreams,
-    map_dataset_resume,
-    stream_resume_for,
-)
-from conveyor.state.protocol import has_state
+from conveyor.state.loader_state import DeliveryLog, LoaderStateDict, Resume, StreamResume
 from conveyor.transport.state_wire import PackedState, unpack_state
 
 __all__ = ["MultiWorkerIterator"]
 
 _SKIPPED: Any = object()  # a task whose every sample on_error="skip" dropped
-
-
-def _state_every(snapshot_every_n_steps: int | None, num_workers: int) -> int:
-    """Every how many of its batches a worker sends its stream's state (0: never).
-
-    torchdata's ``snapshot_every_n_steps``: the workers' states reach the main process
-    about once in that many steps (``None``, conveyor's default, and 1: with every batch);
-    between, the main process counts the batches delivered since, which a resume reads
-    again, so every step's checkpoint is still exact."""
-    if snapshot_every_n_steps is None:
-        return 1
-    if snapshot_every_n_steps == 0:
-        return 0
-    return max(1, snapshot_every_n_steps // max(1, num_workers))
 
 
 class MultiWorkerIterator(LoaderIterator):
@@ -66,17 +43,10 @@ class MultiWorkerIterator(LoaderIterator):
         self._resume_state = resume.state if resume is not None else None
         self._control_sent = 0
         self._worker_options = workers = self._options.workers
-        # a map-style dataset with state_dict(): its state in each worker is checkpointed
-        # too (in_order only: out of order, tasks do not go round the workers in turn)
-        self._map_states = (
-            not self._data.iterable_style and workers.in_order and has_state(self._data.dataset)
+        streams = self._progress.worker_resume(resume, workers.num_workers, self.world)
+        shipping = self._progress.shipping(
+            self._options.snapshot_every_n_steps, workers.num_workers
         )
-        if self._data.iterable_style:
-            streams = stream_resume_for(True, workers.num_workers, resume, self.world)
-        elif self._map_states:
-            streams = map_dataset_resume(workers.num_workers, resume, self.world)
-        else:
-            streams = None
         self._setup = WorkerSetup(
             fetch=self._options.fetch_spec(),
             workers=workers,
@@ -85,7 +55,8 @@ class MultiWorkerIterator(LoaderIterator):
             stage_timers=plan.hooks.stage_timers,
             streams=streams,
             world=self.world,
-            state_every=_state_every(self._options.snapshot_every_n_steps, workers.num_workers),
+            state_every=shipping.every,
+            state_at_end=shipping.at_end,
             epoch=plan.epoch,
         )
         self._pool: WorkerPool | None = None
@@ -297,21 +268,19 @@ class MultiWorkerIterator(LoaderIterator):
     def _epoch_state(self) -> LoaderStateDict:
         state = super()._epoch_state()
         delivery = self._delivery
-        if self._data.iterable_style or self._map_states:
-            state["workers"] = {
-                "num_workers": self._worker_options.num_workers,
-                "states": self._unpacked_states(delivery.states),
-                "counts": list(delivery.counts),
-                # a worker whose end was seen still counts until its last batch is delivered
-                "active": [
-                    active or self._in_flight.holds(worker_id)
-                    for worker_id, active in enumerate(self._dealer.active)
-                ],
-                "next_worker": self._next_worker_to_deliver(),
-            }
-        elif not self._worker_options.in_order:
-            state["yielded"] = delivery.watermark
-            state["delivered_ahead"] = sorted(delivery.ahead)
+        deliveries = Deliveries(
+            log=delivery,
+            states=self._unpacked_states(delivery.states),
+            num_workers=self._worker_options.num_workers,
+            # a worker whose end was seen still counts until its last batch is delivered
+            active=[
+                active or self._in_flight.holds(worker_id)
+                for worker_id, active in enumerate(self._dealer.active)
+            ],
+            next_worker=self._next_worker_to_deliver(),
+            in_order=self._worker_options.in_order,
+        )
+        state.update(self._progress.delivered(deliveries))  # type: ignore[typeddict-item]
         return state
 
     def _reuses_base_seed(self) -> bool:
@@ -320,23 +289,9 @@ class MultiWorkerIterator(LoaderIterator):
     def _stream_end(self) -> dict[str, Any] | None:
         if not self._worker_options.persistent_workers:
             return None  # the next epoch's workers start from the dataset as built, again
-        states = self._unpacked_states(self._delivery.final_states())
-        if self._data.iterable_style:
-            dataset = self._data.dataset
-            states = [stream_state.next_epoch_part(dataset, state) for state in states]
-        elif not self._map_states:
-            return None
-        if all(state is None for state in states):
-            return None
-        num_workers = self._worker_options.num_workers
-        workers: WorkerStreams = {
-            "num_workers": num_workers,
-            "states": states,
-            "counts": [0] * num_workers,
-            "active": [True] * num_workers,
-            "next_worker": 0,
-        }
-        return {"workers": workers}
+        final = self._unpacked_states(self._delivery.final_states())
+        workers = self._progress.workers_at_end(final, self._data.dataset)
+        return None if workers is None else {"workers": workers}
 
     @staticmethod
     def _unpacked_states(states: list[Any]) -> list[Any]:

@@ -6,7 +6,10 @@ at most ``buffer_size`` requests outstanding, which bounds everything in flight)
 when it is done; the producer answers every `NEXT` with exactly one `Item`, `End` or
 `Failure`. Every ``snapshot_every``-th `Item` (and the `End`) carries the sub-graph's
 ``state_dict()`` taken right after producing it, so the consumer can checkpoint what it has
-*consumed* while the producer runs ahead.
+*consumed* while the producer runs ahead: the worker pools' state policy
+(`conveyor.engine.progress.StateCadence`, the state packed for the trip by
+`conveyor.transport.state_wire` and unpacked only when the consumer is checkpointed; the
+items since the last state are counted and read again on resume).
 
 `ThreadOffload` and `ProcessOffload` each own one thread or process: ``close()`` (also run
 by the garbage collector and at interpreter exit) stops it and waits for it, so nothing is
@@ -34,8 +37,10 @@ from conveyor.engine.channel import (
     thread_channel,
 )
 from conveyor.engine.forking import garbage_kept_from_children
+from conveyor.engine.progress import StateCadence
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.transport.state_wire import PackedState, pack_state
 
 __all__ = [
     "NEXT",
@@ -71,14 +76,14 @@ class Item:
     """One produced item, with the sub-graph's state right after it (or None)."""
 
     value: Any
-    snapshot: dict[str, Any] | None
+    snapshot: PackedState | None
 
 
 @dataclass(frozen=True)
 class End:
     """The sub-graph is exhausted; ``snapshot`` is its final state."""
 
-    snapshot: dict[str, Any]
+    snapshot: PackedState
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ class _Producer:
         self._start = start
         self._portable = portable
         self._it: Iterator[Any] | None = None
-        self._produced = 0
+        self._cadence = StateCadence(True, start.snapshot_every)
         self._final: End | None = None
 
     def answer(self) -> Item | End | Failure:
@@ -121,14 +126,12 @@ class _Producer:
             it = self._iterator()
             value = next(it)
         except StopIteration:
-            self._final = End(self._graph.state_dict())
+            self._final = End(pack_state(self._graph.state_dict()))
             return self._final
         except Exception as exc:
             where = "in a DataPipe process"
             return Failure(None, RemoteError(where)) if self._portable else Failure(exc, None)
-        self._produced += 1
-        every = self._start.snapshot_every
-        snapshot = self._graph.state_dict() if self._produced % every == 0 else None
+        snapshot = pack_state(self._graph.state_dict()) if self._cadence.now() else None
         return Item(value, snapshot)
 
     def _iterator(self) -> Iterator[Any]:

@@ -12,8 +12,7 @@ from conveyor.engine.placed import is_placed, place
 from conveyor.engine.plan import LoadPlan
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
-from conveyor.state import stream_state
-from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
+from conveyor.state.loader_state import LoaderStateDict, Resume
 from conveyor.transport.recycled import RecycledBuffers
 
 
@@ -31,10 +30,8 @@ class SingleProcessIterator(LoaderIterator):
             place(dataset, 0, 1, self.world, self._data.samples_per_request)
         self._fetcher = make_fetcher(self._options.fetch_spec(), dataset, plan.epoch)
         self._buffers = RecycledBuffers()  # big batches reuse warm memory (S1)
-        if resume is not None and self._data.iterable_style:
-            self._resume_stream(resume)
-        elif resume is not None and resume.state.get("dataset") is not None:
-            self._fetcher.restore(resume.state["dataset"])  # a map-style dataset's own state
+        if resume is not None:
+            self._progress.resume_alone(self._fetcher.restore, resume, self.world, self._replay)
         if isinstance(self._fetcher, IterableFetcher):
             self._fetcher.start()  # iter(dataset) now, as torch: its state is the epoch's start
         if hooks.stage_timers is not None:
@@ -42,15 +39,9 @@ class SingleProcessIterator(LoaderIterator):
             timers.install()
             self.clock.stage_source = timers.snapshot
 
-    def _resume_stream(self, resume: Resume) -> None:
-        """Streams seek with their own state when they have one; otherwise replay."""
-        streams = stream_resume_for(True, 0, resume, self.world)  # None: same topology
-        saved = resume.state.get("dataset")
-        if streams is not None and streams.states[0] is not None:
-            saved = streams.states[0]  # merged from another topology
-        if isinstance(self._fetcher, IterableFetcher) and self._fetcher.restore(saved):
-            return
-        for _ in range(resume.yielded):  # no state: read and drop, as torch users must
+    def _replay(self, batches: int) -> None:
+        """A stream without state: read and drop what was delivered, as torch users must."""
+        for _ in range(batches):
             try:
                 self._fetcher.fetch(next(self._sampler_iter))
             except StopIteration:
@@ -64,9 +55,7 @@ class SingleProcessIterator(LoaderIterator):
         return state
 
     def _stream_end(self) -> dict[str, Any] | None:
-        state = self._fetcher.state()
-        if isinstance(self._fetcher, IterableFetcher):
-            state = stream_state.next_epoch_part(self._dataset, state)
+        state = self._progress.alone_at_end(self._fetcher.state(), self._dataset)
         return None if state is None else {"dataset": state}
 
     def _next_data(self) -> Any:

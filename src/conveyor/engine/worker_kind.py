@@ -162,9 +162,11 @@ class WorkerSetup(NamedTuple):
     stage_timers: Callable[[Any], Any] | None = None  # profile_stages=True
     streams: StreamResume | None = None  # resuming a checkpoint of a stream
     world: tuple[int, int] = (1, 0)  # (world size, rank) of the loader's process
-    # a stream's state goes with every ``state_every``-th batch of a worker (0: never;
-    # the main process counts the batches since, which a resume reads again)
-    state_every: int = 1
+    # the dataset's state goes with every ``state_every``-th batch of a worker (0: never;
+    # the main process counts the batches since, which a resume reads again) and with the
+    # end of its stream (``state_at_end``): the progress strategy's shipping policy
+    state_every: int = 0
+    state_at_end: bool = False
     epoch: int = 0  # the loader's epoch (per-sample generators are seeded from it)
 
     @property

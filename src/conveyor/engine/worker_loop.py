@@ -22,13 +22,13 @@ from conveyor.engine.messages import (
     WorkerMessage,
 )
 from conveyor.engine.placed import is_placed, place
+from conveyor.engine.progress import StateCadence
 from conveyor.engine.remote_error import RemoteError
 from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
 from conveyor.state.plain import RefusedState
-from conveyor.state.protocol import has_state
 from conveyor.transport.state_wire import pack_state
 
 __all__ = ["run_worker"]
@@ -96,9 +96,8 @@ def run_worker(
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    # a stream's state, or a map-style dataset's own, follows batches to the main process
-    stateful = setup.fetch.iterable_style or has_state(dataset)
-    cadence = _StateCadence(stateful, setup.state_every if setup.fetch.iterable_style else 1)
+    # the dataset's state follows batches as the progress strategy says (engine/progress.py)
+    cadence = StateCadence(setup.state_at_end, setup.state_every)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:
         if isinstance(message, DatasetControl):
@@ -122,26 +121,8 @@ def run_worker(
         send(reply)
 
 
-class _StateCadence:
-    """Which batches carry the dataset's state: every ``every``-th (0: none), and the end
-    of the stream (a dataset may count its epochs) whenever it is ``stateful`` at all."""
-
-    def __init__(self, stateful: bool, every: int) -> None:
-        self.stateful = stateful
-        self.every = every if stateful else 0
-        self._answered = 0
-
-    def restart(self) -> None:
-        self._answered = 0
-
-    def now(self) -> bool:
-        """Whether the batch just fetched carries the state (counts it)."""
-        self._answered += 1
-        return self.every > 0 and self._answered % self.every == 0
-
-
 def _answer(
-    task: Task, fetcher: Fetcher, cadence: _StateCadence, timers: _Timers, where: str
+    task: Task, fetcher: Fetcher, cadence: StateCadence, timers: _Timers, where: str
 ) -> Reply:
     """Fetch one task; the dataset's state goes with it when ``cadence`` says so."""
     started = time.perf_counter()
