@@ -285,7 +285,8 @@ def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:
     if replays:
         raise ValueError(
             f"this checkpoint of an iterable-style dataset cannot be resumed with another "
-            f"batching ({change}): the dataset has no state_dict(), so resuming re-reads and "
-            "drops the batches already delivered, counted in the checkpoint's batch size; "
-            "resume with that batch_size, or give the dataset state_dict()/load_state_dict()"
+            f"batching ({change}): resuming re-reads and drops the batches delivered after "
+            "the workers' last state (all of them: a dataset with no state_dict()), "
+            "counted in the checkpoint's batch size; resume with that batch_size, or give "
+            "the dataset state_dict()/load_state_dict() and keep snapshot_every_n_steps=1"
         )
