@@ -18,20 +18,25 @@ from conveyor.distributed import (
     warn_if_sampler_does_not_shard,
     world_and_rank,
 )
-from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.multi_worker import MultiWorkerIterator
-from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
-from conveyor.engine.plan import EpochHooks, LoadPlan
-from conveyor.engine.seeding import draw_base_seed
-from conveyor.engine.single_process import SingleProcessIterator
-from conveyor.engine.worker_info import WorkerInfo, get_worker_info
-from conveyor.engine.worker_kind import (
+from conveyor.engine.loop.base_iterator import LoaderIterator
+from conveyor.engine.loop.multi_worker import MultiWorkerIterator
+from conveyor.engine.loop.options import (
+    ErrorOptions,
+    LoaderOptions,
+    PinOptions,
+    check_snapshot_steps,
+)
+from conveyor.engine.loop.plan import EpochHooks, LoadPlan
+from conveyor.engine.loop.single_process import SingleProcessIterator
+from conveyor.engine.workers.seeding import draw_base_seed
+from conveyor.engine.workers.worker_info import WorkerInfo, get_worker_info
+from conveyor.engine.workers.worker_kind import (
     MultiprocessingContext,
     WorkerOptions,
     check_worker_args,
     resolve_context,
 )
-from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
+from conveyor.engine.workers.worker_kinds import resolve_worker_type, worker_kind
 from conveyor.loader_args import is_datapipe, resolve_sampling
 from conveyor.sampler import Sampler
 from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of

@@ -17,7 +17,7 @@ import numpy as np
 
 from conveyor.dataset import IterableDataset
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.global_order import EpochOrder
 from conveyor.state.elastic import (
     ConsumerProgress,

@@ -40,7 +40,7 @@ from conveyor.datapipes.cursor import (
     check_version,
 )
 from conveyor.dataset import Dataset, IterableDataset
-from conveyor.engine.channel import NotAvailable
+from conveyor.engine.offload.channel import NotAvailable
 from conveyor.state.plain import NotPlainData, check_plain
 
 __all__ = [

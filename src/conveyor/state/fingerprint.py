@@ -88,7 +88,7 @@ def _identity(dataset: object) -> str | None:
 
 
 def fingerprint_of(data: Any) -> Fingerprint:
-    """`loader_fingerprint` of a loader's ``DataOptions`` (``conveyor.engine.options``)."""
+    """`loader_fingerprint` of a loader's ``DataOptions`` (``conveyor.engine.loop.options``)."""
     return loader_fingerprint(
         data.dataset,
         data.iterable_style,

@@ -47,7 +47,7 @@ class LoaderStateDict(TypedDict, total=False):
     delivered_ahead: list[int]  # in_order=False: positions >= yielded already delivered
     dataset: Any  # single process, streams: the dataset's state
     workers: WorkerStreams | None
-    replicas: Any  # DistributedSampler: world size and global progress (engine/rank_resume.py)
+    replicas: Any  # DistributedSampler: world size, global progress (engine/resume/rank_resume)
     samples: int | None  # samples of the epoch's order delivered (None: batch sizes vary)
     rebatched: bool  # the epoch's batches were cut from a sample count (batch_size changed)
     fingerprint: Any  # what the checkpoint depends on (state/fingerprint.py)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.engine.in_flight import InFlight, RoundRobin
-from conveyor.engine.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
-from conveyor.engine.skips import EXAMPLES_KEPT, SkipLog
+from conveyor.engine.loop.in_flight import InFlight, RoundRobin
+from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
+from conveyor.engine.loop.skips import EXAMPLES_KEPT, SkipLog
 from conveyor.formats.errors import BadSampleWarning
 from conveyor.formats.skips import SkipRecord
 from conveyor.state.loader_state import DeliveryLog

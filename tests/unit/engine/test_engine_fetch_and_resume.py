@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 
 from conveyor.distributed import DistributedSampler
-from conveyor.engine.fetch import BatchSkipped, FetchSpec, IterableFetcher, make_fetcher
-from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
+from conveyor.engine.resume.rank_resume import (
+    apply_replica_resume,
+    distributed_sampler,
+    replica_state,
+)
+from conveyor.engine.workers.fetch import BatchSkipped, FetchSpec, IterableFetcher, make_fetcher
 from conveyor.sampler import BatchSampler
 from conveyor.state.loader_state import Resume, StreamResume, stream_resume_for
 

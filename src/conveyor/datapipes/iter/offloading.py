@@ -1,7 +1,7 @@
 """Running part of a graph elsewhere: ``prefetch`` (a thread) and ``run_in_process``.
 
 Both nodes hold no thread or process themselves: the first pull starts a
-`conveyor.engine.offload` owner that runs the input sub-graph behind a channel, and the
+`conveyor.engine.offload.offload` owner that runs the input sub-graph behind a channel, and the
 node's cursor only sends requests and reads responses, raising `NotAvailable` (with the
 channel's doorbell) while nothing has arrived. Output is identical to running in line.
 
@@ -29,8 +29,8 @@ from conveyor.datapipes.cursor import FRESH_STATE
 from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.graph import iter_pipes
 from conveyor.datapipes.iter.branching import detach_branches
-from conveyor.engine.channel import ChannelClosed
-from conveyor.engine.offload import NEXT, End, Item, ProcessOffload, ThreadOffload
+from conveyor.engine.offload.channel import ChannelClosed
+from conveyor.engine.offload.offload import NEXT, End, Item, ProcessOffload, ThreadOffload
 from conveyor.transport.state_wire import PackedState, unpack_state
 
 __all__ = ["Prefetcher", "ProcessRunner"]
@@ -160,7 +160,7 @@ class _OffloadCursor(Cursor[T]):
             check_version(state, 1, type(node).__name__)
         self._node = node
         # the sub-graph's latest state: as loaded, or packed by the producer (unpacked only
-        # when this pipe is checkpointed, as a worker's is: engine/offload.py)
+        # when this pipe is checkpointed, as a worker's is: engine/offload/offload.py)
         self._snapshot: StateDict | PackedState | None = state["source"] if state else None
         self._since = int(state["since"]) if state else 0
         self._done = bool(state["done"]) if state else False

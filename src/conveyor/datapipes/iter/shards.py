@@ -21,7 +21,7 @@ from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES, check_shard, c
 from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
 from conveyor.datapipes.rng import SplitMix64, draw_seed
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
 from conveyor.state.elastic import Pending, consumer_progress, fresh_progress, is_elastic

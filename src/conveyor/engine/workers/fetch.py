@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from conveyor.engine.sample_seeding import sample_context, seeding_epoch
+from conveyor.engine.workers.sample_seeding import sample_context, seeding_epoch
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state import stream_state
@@ -27,7 +27,7 @@ class FetchSpec(NamedTuple):
     drop_last: bool
     skip_bad_samples: bool = False  # on_error="skip" (map-style only)
     samples_per_request: int = 1  # a stream's batch size (replaying a resumed stream)
-    sample_seed: int | None = None  # per-sample generators (engine/sample_seeding.py)
+    sample_seed: int | None = None  # per-sample generators (engine/workers/sample_seeding.py)
 
     @property
     def replay_request(self) -> Any:

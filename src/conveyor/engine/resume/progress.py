@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from conveyor.engine.placed import PlacedRun, is_placed
+from conveyor.engine.resume.placed import PlacedRun, is_placed
 from conveyor.state import stream_state
 from conveyor.state.loader_state import (
     DeliveryLog,

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from conveyor.engine.fetch import FetchSpec
-from conveyor.engine.frozen import Frozen
-from conveyor.engine.worker_kind import WorkerOptions
+from conveyor.engine.workers.fetch import FetchSpec
+from conveyor.engine.workers.frozen import Frozen
+from conveyor.engine.workers.worker_kind import WorkerOptions
 
 __all__ = [
     "ON_ERROR_POLICIES",
@@ -150,7 +150,7 @@ class LoaderOptions(Frozen):
     fullsync: bool  # under torch.distributed, every rank stops with the first
     profile_stages: bool  # time every stage of a DataPipe graph
     snapshot_every_n_steps: int | None  # how often workers send their state (torchdata's)
-    sample_seed: int | None  # per-sample generators (engine/sample_seeding.py); None: off
+    sample_seed: int | None  # per-sample generators (engine/workers/sample_seeding.py); None: off
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from conveyor.engine.options import LoaderOptions
+from conveyor.engine.loop.options import LoaderOptions
 
 __all__ = ["EpochHooks", "LoadPlan"]
 

@@ -1,4 +1,4 @@
-"""Ray actors as a worker pool: the loop of engine/worker_loop.py in each actor.
+"""Ray actors as a worker pool: the loop of engine/workers/worker_loop.py in each actor.
 
 Each logical worker (what the iterator deals tasks to) is served by one actor. Every
 message becomes one actor call whose result is the replies the loop made for it; Ray runs
@@ -25,11 +25,11 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from conveyor.engine.messages import Reply, StartEpoch, WorkerMessage
-from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.ray_payload import to_object_store
-from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.engine.worker_loop import run_worker
+from conveyor.engine.workers.messages import Reply, StartEpoch, WorkerMessage
+from conveyor.engine.workers.pool import WorkerDiedError
+from conveyor.engine.workers.ray_payload import to_object_store
+from conveyor.engine.workers.worker_kind import WorkerSetup
+from conveyor.engine.workers.worker_loop import run_worker
 
 __all__ = ["RayPool", "WorkerActor"]
 
@@ -265,7 +265,7 @@ class RayPool:
         reference this pool holds. Idempotent.
 
         Dropping them here, not whenever the collector reaches this pool, keeps Ray objects
-        out of garbage that a forked process could inherit (see engine/forking.py).
+        out of garbage that a forked process could inherit (see engine/workers/forking.py).
         """
         if self._closed:
             return

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from conveyor.engine.process_workers import ProcessWorkers
-from conveyor.engine.thread_workers import ThreadWorkers
-from conveyor.engine.worker_kind import WorkerKind
+from conveyor.engine.workers.process_workers import ProcessWorkers
+from conveyor.engine.workers.thread_workers import ThreadWorkers
+from conveyor.engine.workers.worker_kind import WorkerKind
 
 __all__ = ["WORKER_KINDS", "resolve_worker_type", "worker_kind"]
 
@@ -20,7 +20,7 @@ def _ray_workers(
 ) -> WorkerKind:
     # Loaded on first use: most loaders never run on Ray (ray itself is imported even
     # later, when the pool starts).
-    from conveyor.engine.ray_workers import RayWorkers
+    from conveyor.engine.workers.ray_workers import RayWorkers
 
     return RayWorkers(ray_remote_args, max_worker_restarts)
 

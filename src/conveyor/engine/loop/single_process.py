@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from conveyor.collate import set_output_allocator
-from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.fetch import BatchSkipped, IterableFetcher, make_fetcher
-from conveyor.engine.placed import is_placed, place
-from conveyor.engine.plan import LoadPlan
+from conveyor.engine.loop.base_iterator import LoaderIterator
+from conveyor.engine.loop.plan import LoadPlan
+from conveyor.engine.resume.placed import is_placed, place
+from conveyor.engine.workers.fetch import BatchSkipped, IterableFetcher, make_fetcher
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume

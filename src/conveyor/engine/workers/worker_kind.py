@@ -2,7 +2,7 @@
 
 `WorkerKind` is the one seam between the loader and a kind of worker (processes,
 threads; a third kind is one more class behind it): the facade picks one per loader with
-`conveyor.engine.worker_kinds.worker_kind`, and nothing else asks which kind it has.
+`conveyor.engine.workers.worker_kinds.worker_kind`, and nothing else asks which kind it has.
 `WorkerSetup` is everything a worker receives, derived from the loader's options.
 """
 
@@ -13,11 +13,11 @@ from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from typing import Any, NamedTuple, Protocol
 
-from conveyor.engine.fetch import FetchSpec
-from conveyor.engine.frozen import Frozen
-from conveyor.engine.pool import WorkerPool
-from conveyor.engine.seeding import EpochSeeds
-from conveyor.engine.worker_info import WorkerInfo
+from conveyor.engine.workers.fetch import FetchSpec
+from conveyor.engine.workers.frozen import Frozen
+from conveyor.engine.workers.pool import WorkerPool
+from conveyor.engine.workers.seeding import EpochSeeds
+from conveyor.engine.workers.worker_info import WorkerInfo
 from conveyor.state.loader_state import StreamResume
 from conveyor.transport.options import SlabOptions
 

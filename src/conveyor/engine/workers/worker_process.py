@@ -14,9 +14,9 @@ from multiprocessing import connection
 from typing import Any, NoReturn
 
 from conveyor.collate import set_output_allocator
-from conveyor.engine.messages import Reply, reply_to_wire, task_from_wire
-from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.engine.worker_loop import run_worker
+from conveyor.engine.workers.messages import Reply, reply_to_wire, task_from_wire
+from conveyor.engine.workers.worker_kind import WorkerSetup
+from conveyor.engine.workers.worker_loop import run_worker
 from conveyor.transport.options import SlabConfig
 from conveyor.transport.worker_end import WorkerEnd, WorkerStop
 

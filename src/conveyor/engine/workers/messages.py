@@ -56,7 +56,7 @@ class StartEpoch(NamedTuple):
 
 
 class DatasetControl(NamedTuple):
-    """A change made in the main process to a placed dataset (`conveyor.engine.placed`),
+    """A change made in the main process to a placed dataset (`conveyor.engine.resume.placed`),
     e.g. ``Mixture.set_weights``: the worker applies it before its next task; no answer."""
 
     payload: Any

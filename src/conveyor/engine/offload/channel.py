@@ -9,7 +9,7 @@ direction is a FIFO with these guarantees (RFC #49440):
   messages already sent are still delivered after the sender closes;
 - bounded: at most ``capacity`` undelivered messages per direction (a process channel adds
   the operating system's pipe buffer, which the request/response protocol of
-  `conveyor.engine.offload` keeps empty);
+  `conveyor.engine.offload.offload` keeps empty);
 - exactly two endpoints: endpoints cannot be copied or pickled; a process channel hands
   the child one raw connection that it wraps with `connection_endpoint`.
 

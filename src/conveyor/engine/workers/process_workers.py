@@ -2,8 +2,8 @@
 
 Each worker seeds the process-wide ``random``/torch/NumPy generators, owns its dataset
 replica by being a process, and publishes `get_worker_info` process-wide. Under
-spawn/forkserver one zygote per loader forks each epoch's workers (engine/zygote.py);
-batches are pinned by a background thread (engine/pin_thread.py).
+spawn/forkserver one zygote per loader forks each epoch's workers (engine/workers/zygote.py);
+batches are pinned by a background thread (engine/workers/pin_thread.py).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from conveyor.engine.pin_thread import PinningPool
-from conveyor.engine.pool import WorkerPool
-from conveyor.engine.process_pool import ProcessPool
-from conveyor.engine.seeding import seed_process_rngs
-from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
-from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
+from conveyor.engine.workers.pin_thread import PinningPool
+from conveyor.engine.workers.pool import WorkerPool
+from conveyor.engine.workers.process_pool import ProcessPool
+from conveyor.engine.workers.seeding import seed_process_rngs
+from conveyor.engine.workers.worker_info import WorkerInfo, install_process_worker_info
+from conveyor.engine.workers.worker_kind import Pin, WorkerOptions, WorkerSetup
 from conveyor.string_table import warn_copy_on_read
 
 if TYPE_CHECKING:
-    from conveyor.engine.zygote import Zygote
+    from conveyor.engine.workers.zygote import Zygote
 
 __all__ = ["ProcessWorkers", "warn_if_cuda_before_fork", "warn_if_too_many_workers"]
 
@@ -117,7 +117,7 @@ class ProcessWorkers:
         zygote = self._zygote
         if zygote is not None and zygote.start_method == context.get_start_method():
             return zygote
-        from conveyor.engine.zygote import Zygote  # only these start methods need it
+        from conveyor.engine.workers.zygote import Zygote  # only these start methods need it
 
         if zygote is not None:
             self._retired.append(zygote)  # closed with the loader, not under its workers

@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from conveyor.engine.pool import WorkerPool
-from conveyor.engine.thread_pool import ThreadPool
-from conveyor.engine.worker_info import WorkerInfo, install_thread_worker_info
-from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
+from conveyor.engine.workers.pool import WorkerPool
+from conveyor.engine.workers.thread_pool import ThreadPool
+from conveyor.engine.workers.worker_info import WorkerInfo, install_thread_worker_info
+from conveyor.engine.workers.worker_kind import Pin, WorkerOptions, WorkerSetup
 
 __all__ = ["ThreadWorkers"]
 

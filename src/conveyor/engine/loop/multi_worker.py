@@ -14,17 +14,17 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from conveyor.engine import messages as msg
-from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.in_flight import InFlight, RoundRobin
-from conveyor.engine.messages import DatasetControl, Reply, StartEpoch, Task
-from conveyor.engine.plan import LoadPlan
-from conveyor.engine.pool import WorkerDiedError, WorkerPool
-from conveyor.engine.progress import Deliveries
-from conveyor.engine.remote_error import RemoteError
-from conveyor.engine.reorder import EMPTY, InOrderBuffer, make_buffer
-from conveyor.engine.seeding import EpochSeeds
-from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.loop.base_iterator import LoaderIterator
+from conveyor.engine.loop.in_flight import InFlight, RoundRobin
+from conveyor.engine.loop.plan import LoadPlan
+from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, make_buffer
+from conveyor.engine.resume.progress import Deliveries
+from conveyor.engine.workers import messages as msg
+from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task
+from conveyor.engine.workers.pool import WorkerDiedError, WorkerPool
+from conveyor.engine.workers.remote_error import RemoteError
+from conveyor.engine.workers.seeding import EpochSeeds
+from conveyor.engine.workers.worker_kind import WorkerSetup
 from conveyor.state.loader_state import DeliveryLog, LoaderStateDict, Resume, StreamResume
 from conveyor.transport.state_wire import PackedState, unpack_state
 
@@ -87,7 +87,7 @@ class MultiWorkerIterator(LoaderIterator):
         self._fill()
 
     def _begin_placed_epoch(self, resumed: bool) -> None:
-        """A placed dataset (`conveyor.engine.placed`) in the main process keeps time:
+        """A placed dataset (`conveyor.engine.resume.placed`) in the main process keeps time:
         where its run starts, and which positions no worker has been asked for yet."""
         placed = self._placed_run
         if placed is None:

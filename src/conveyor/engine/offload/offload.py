@@ -1,13 +1,13 @@
 """Run a DataPipe sub-graph behind a channel, in a background thread or a child process.
 
 The consumer and the producer speak the RFC's request/response protocol over a
-`conveyor.engine.channel` channel: the consumer sends one `NEXT` per item it wants (it keeps
+`conveyor.engine.offload.channel` channel: the consumer sends one `NEXT` per item it wants (it keeps
 at most ``buffer_size`` requests outstanding, which bounds everything in flight) and `STOP`
 when it is done; the producer answers every `NEXT` with exactly one `Item`, `End` or
 `Failure`. Every ``snapshot_every``-th `Item` (and the `End`) carries the sub-graph's
 ``state_dict()`` taken right after producing it, so the consumer can checkpoint what it has
 *consumed* while the producer runs ahead: the worker pools' state policy
-(`conveyor.engine.progress.StateCadence`, the state packed for the trip by
+(`conveyor.engine.resume.progress.StateCadence`, the state packed for the trip by
 `conveyor.transport.state_wire` and unpacked only when the consumer is checkpointed; the
 items since the last state are counted and read again on resume).
 
@@ -29,17 +29,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from conveyor.engine.channel import (
+from conveyor.engine.offload.channel import (
     ChannelClosed,
     Endpoint,
     connection_endpoint,
     process_channel,
     thread_channel,
 )
-from conveyor.engine.forking import garbage_kept_from_children
-from conveyor.engine.progress import StateCadence
-from conveyor.engine.remote_error import RemoteError
-from conveyor.engine.shutdown import describe_exit, stop_processes
+from conveyor.engine.resume.progress import StateCadence
+from conveyor.engine.workers.forking import garbage_kept_from_children
+from conveyor.engine.workers.remote_error import RemoteError
+from conveyor.engine.workers.shutdown import describe_exit, stop_processes
 from conveyor.transport.state_wire import PackedState, pack_state
 
 __all__ = [

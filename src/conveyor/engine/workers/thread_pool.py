@@ -6,10 +6,10 @@ import os
 import queue
 import threading
 
-from conveyor.engine.messages import Reply, WorkerMessage
-from conveyor.engine.worker_info import clear_worker_info
-from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.engine.worker_loop import run_worker
+from conveyor.engine.workers.messages import Reply, WorkerMessage
+from conveyor.engine.workers.worker_info import clear_worker_info
+from conveyor.engine.workers.worker_kind import WorkerSetup
+from conveyor.engine.workers.worker_loop import run_worker
 
 JOIN_TIMEOUT_S = 5.0
 

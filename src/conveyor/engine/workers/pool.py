@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from conveyor.engine.messages import Reply, WorkerMessage
+from conveyor.engine.workers.messages import Reply, WorkerMessage
 
 
 class WorkerDiedError(RuntimeError):

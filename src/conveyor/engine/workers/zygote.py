@@ -35,9 +35,9 @@ from multiprocessing import connection, reduction
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from conveyor.engine.seeding import EpochSeeds
-from conveyor.engine.shutdown import stop_processes
-from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.workers.seeding import EpochSeeds
+from conveyor.engine.workers.shutdown import stop_processes
+from conveyor.engine.workers.worker_kind import WorkerSetup
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
 _SETUP, _FORK, _ENVIRONMENT = "setup", "fork", "environment"
@@ -112,7 +112,7 @@ def zygote_main(control: connection.Connection) -> None:
     """
     import torch
 
-    from conveyor.engine.worker_process import exit_with_parent
+    from conveyor.engine.workers.worker_process import exit_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(os.getppid())

@@ -28,25 +28,25 @@ from multiprocessing import connection
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any
 
-from conveyor.engine.forking import garbage_kept_from_children
-from conveyor.engine.messages import (
+from conveyor.engine.workers.forking import garbage_kept_from_children
+from conveyor.engine.workers.messages import (
     Reply,
     Task,
     WorkerMessage,
     reply_from_wire,
     task_to_wire,
 )
-from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.shutdown import describe_exit, stop_processes, torch_first_sentence
-from conveyor.engine.worker_handle import WorkerHandle
-from conveyor.engine.worker_kind import WorkerSetup
-from conveyor.engine.worker_process import ANY_PARENT, process_worker_main
+from conveyor.engine.workers.pool import WorkerDiedError
+from conveyor.engine.workers.shutdown import describe_exit, stop_processes, torch_first_sentence
+from conveyor.engine.workers.worker_handle import WorkerHandle
+from conveyor.engine.workers.worker_kind import WorkerSetup
+from conveyor.engine.workers.worker_process import ANY_PARENT, process_worker_main
 from conveyor.transport.main_end import SKIP, MainEnd
 from conveyor.transport.options import SlabOptions
 from conveyor.transport.slab import loader_prefix
 
 if TYPE_CHECKING:
-    from conveyor.engine.zygote import Zygote
+    from conveyor.engine.workers.zygote import Zygote
 
 # A busy worker gets this long to notice the stop message before it is terminated.
 JOIN_TIMEOUT_S = 1.0
@@ -157,7 +157,7 @@ class ProcessPool:
         # (zygote) once per change of the dataset.
         payload: Any = setup
         if zygote is not None:
-            from conveyor.engine.zygote import SetupRef  # spawn/forkserver only
+            from conveyor.engine.workers.zygote import SetupRef  # spawn/forkserver only
 
             payload = SetupRef(setup.seeds)
         elif ctx.get_start_method() != "fork":

@@ -8,13 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from conveyor.distributed import world_and_rank
-from conveyor.engine.pin_thread import warn_unpinnable
-from conveyor.engine.placed import PlacedRun
-from conveyor.engine.plan import LoadPlan
-from conveyor.engine.progress import progress_for
-from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
-from conveyor.engine.seeding import draw_base_seed
-from conveyor.engine.skips import SkipLog
+from conveyor.engine.loop.plan import LoadPlan
+from conveyor.engine.loop.skips import SkipLog
+from conveyor.engine.resume.placed import PlacedRun
+from conveyor.engine.resume.progress import progress_for
+from conveyor.engine.resume.rank_resume import (
+    apply_replica_resume,
+    distributed_sampler,
+    replica_state,
+)
+from conveyor.engine.workers.pin_thread import warn_unpinnable
+from conveyor.engine.workers.seeding import draw_base_seed
 from conveyor.formats.skips import SkipRecord
 from conveyor.sampler import BatchSampler
 from conveyor.state.certificate import Certificate, digest_identities
@@ -115,7 +119,7 @@ class LoaderIterator:
         self.clock.certificate = (self.certificate.hex, self.certificate.samples)
         if resume is not None and skip_delivered:
             self._skip_delivered(resume)
-        # a dataset whose positions the loader splits (`conveyor.engine.placed`)
+        # a dataset whose positions the loader splits (`conveyor.engine.resume.placed`)
         self._placed_run = self._progress.placed_run(resume, self._num_yielded, data, self.world[0])
 
     def _rebatch_point(self, resume: Resume) -> int | None:

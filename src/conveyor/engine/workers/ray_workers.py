@@ -3,7 +3,7 @@
 An actor is a process of its own, so a worker behaves as a process worker does: it seeds
 the process-wide ``random``/torch/NumPy generators, owns its dataset replica by having
 unpickled it, and publishes `get_worker_info` process-wide. The actors may run on any node
-of the Ray cluster; batches come back through Ray's object store (engine/ray_pool.py).
+of the Ray cluster; batches come back through Ray's object store (engine/workers/ray_pool.py).
 
 Ray is optional (``pip install conveyor[ray]``) and imported only when a pool starts, so
 ``import conveyor`` never imports it.
@@ -15,10 +15,10 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-from conveyor.engine.pool import WorkerPool
-from conveyor.engine.seeding import seed_process_rngs
-from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
-from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
+from conveyor.engine.workers.pool import WorkerPool
+from conveyor.engine.workers.seeding import seed_process_rngs
+from conveyor.engine.workers.worker_info import WorkerInfo, install_process_worker_info
+from conveyor.engine.workers.worker_kind import Pin, WorkerOptions, WorkerSetup
 
 __all__ = ["RayWorkers", "check_ray_installed"]
 
@@ -90,7 +90,7 @@ class RayWorkers:
         """Actors belong to an iterator (they get its set-up): nothing to prepare."""
 
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
-        from conveyor.engine.ray_pool import RayPool  # imports ray
+        from conveyor.engine.workers.ray_pool import RayPool  # imports ray
 
         pool = RayPool(setup, self.remote_args, self.max_worker_restarts)
         return pool, pin  # the iterator pins on the trainer as it hands batches out

@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from conveyor.engine import messages as msg
-from conveyor.engine.fetch import BatchSkipped, IterableFetcher, MapFetcher, make_fetcher
-from conveyor.engine.messages import (
+from conveyor.engine.resume.placed import is_placed, place
+from conveyor.engine.resume.progress import StateCadence
+from conveyor.engine.workers import messages as msg
+from conveyor.engine.workers.fetch import BatchSkipped, IterableFetcher, MapFetcher, make_fetcher
+from conveyor.engine.workers.messages import (
     BatchInfo,
     DatasetControl,
     Reply,
@@ -21,12 +23,10 @@ from conveyor.engine.messages import (
     Task,
     WorkerMessage,
 )
-from conveyor.engine.placed import is_placed, place
-from conveyor.engine.progress import StateCadence
-from conveyor.engine.remote_error import RemoteError
-from conveyor.engine.seeding import numpy_seed_state
-from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
-from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.engine.workers.remote_error import RemoteError
+from conveyor.engine.workers.seeding import numpy_seed_state
+from conveyor.engine.workers.worker_info import WorkerInfo, WorkerRandom
+from conveyor.engine.workers.worker_kind import WorkerSetup
 from conveyor.formats.skips import skip_sink
 from conveyor.state.plain import RefusedState
 from conveyor.transport.state_wire import pack_state
@@ -96,7 +96,7 @@ def run_worker(
     except Exception:
         send(Reply(msg.NO_TASK, msg.INIT_ERROR, RemoteError(where)))
         return
-    # the dataset's state follows batches as the progress strategy says (engine/progress.py)
+    # the dataset's state follows batches as the progress strategy says (engine/resume/progress.py)
     cadence = StateCadence(setup.state_at_end, setup.state_every)
     timers = _Timers(setup, dataset)
     while (message := receive()) is not None:

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 import torch
 
-from conveyor.engine import messages as msg
-from conveyor.engine.messages import Reply, WorkerMessage
-from conveyor.engine.remote_error import RemoteError
+from conveyor.engine.workers import messages as msg
+from conveyor.engine.workers.messages import Reply, WorkerMessage
+from conveyor.engine.workers.remote_error import RemoteError
 from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
 
 __all__ = ["JOIN_TIMEOUT_S", "InterruptiblePool", "PinningPool", "warn_unpinnable"]
