@@ -226,3 +226,64 @@ def file_records(n: int) -> list[Any]:
         lambda i: i * 10**20,
     )
     return [shapes[i % len(shapes)](i) for i in range(n)]
+
+
+class CountedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """range(n) split between workers by stride, with state: the next value per consumer.
+
+    ``state_dict()`` returns plain data (``extra`` adds whatever a test wants in it, e.g. a
+    NumPy array, which is not plain)."""
+
+    def __init__(self, n: int, extra: Any = None):
+        self.n = n
+        self.extra = extra
+        self.next_value: int | None = None
+
+    def __iter__(self) -> Any:
+        import conveyor  # its get_worker_info sees thread workers too
+
+        info = conveyor.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        start = worker if self.next_value is None else self.next_value
+        self.next_value = None
+        for value in range(start, self.n, workers):
+            self.next_value = value + workers
+            yield value
+        self.next_value = None  # the next epoch starts over (a state saved here says so)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"next": self.next_value}
+        if self.extra is not None:
+            state["extra"] = {"rng": self.extra}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_value = state["next"]
+
+
+class WritesFile:
+    """A pickle payload: unpickling it creates ``path`` (what a tampered checkpoint does)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.path}",))
+
+
+class Augmented:
+    """Map-style: each sample draws an "augmentation" from its own generators."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import conveyor
+
+        rng = conveyor.sample_generators()
+        noise = torch.rand(3, generator=rng.torch)
+        jitter = rng.random.random() + float(rng.numpy.standard_normal())
+        return torch.cat([torch.tensor([float(i), jitter]), noise])

@@ -28,7 +28,7 @@ try:
         random_split,
     )
     from conveyor.distributed import DistributedSampler
-    from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+    from conveyor.engine.workers.worker_info import WorkerInfo, get_worker_info
     from conveyor.lazy_names import lazy_exports
     from conveyor.sampler import (
         BatchSampler,
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
+    from conveyor.engine.workers.sample_seeding import sample_generators
     from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
     from conveyor.sharded_stream import ShardedStream
@@ -100,6 +101,7 @@ __all__ = [
     "random_split",
     "runtime_validation",
     "runtime_validation_disabled",
+    "sample_generators",
 ]
 
 
@@ -122,6 +124,7 @@ _LAZY = {
     "ShardedStream": "conveyor.sharded_stream",
     "merge_checkpoints": "conveyor.state.loader_state",
     "TarShards": "conveyor.datapipes.iter.shards",
+    "sample_generators": "conveyor.engine.workers.sample_seeding",
 }
 
 

@@ -18,33 +18,41 @@ from conveyor.distributed import (
     warn_if_sampler_does_not_shard,
     world_and_rank,
 )
-from conveyor.engine.base_iterator import LoaderIterator
-from conveyor.engine.multi_worker import MultiWorkerIterator
-from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
-from conveyor.engine.plan import EpochHooks, LoadPlan
-from conveyor.engine.seeding import draw_base_seed
-from conveyor.engine.shared_records import share_records_default
-from conveyor.engine.single_process import SingleProcessIterator
-from conveyor.engine.worker_info import WorkerInfo, get_worker_info
-from conveyor.engine.worker_kind import (
+from conveyor.engine.loop.base_iterator import LoaderIterator
+from conveyor.engine.loop.multi_worker import MultiWorkerIterator
+from conveyor.engine.loop.options import (
+    ErrorOptions,
+    LoaderOptions,
+    PinOptions,
+    check_snapshot_steps,
+)
+from conveyor.engine.loop.plan import EpochHooks, LoadPlan
+from conveyor.engine.loop.single_process import SingleProcessIterator
+from conveyor.engine.workers.seeding import draw_base_seed
+from conveyor.engine.workers.shared_records import share_records_default
+from conveyor.engine.workers.worker_info import WorkerInfo, get_worker_info
+from conveyor.engine.workers.worker_kind import (
     MultiprocessingContext,
     WorkerOptions,
     check_worker_args,
     resolve_context,
 )
-from conveyor.engine.worker_kinds import resolve_worker_type, worker_kind
+from conveyor.engine.workers.worker_kinds import resolve_worker_type, worker_kind
 from conveyor.loader_args import is_datapipe, resolve_sampling
 from conveyor.sampler import Sampler
 from conveyor.state.fingerprint import check_fingerprint, check_state_keys, fingerprint_of
 from conveyor.state.loader_state import (
-    STATE_VERSION,
     LoaderStateDict,
     Resume,
+    between_epochs_state,
     check_generator,
     check_version,
     next_epoch_resume,
+    stateful_sampler,
 )
 from conveyor.state.protocol import has_state
+from conveyor.state.save_check import check_loadable, checked_for_save
+from conveyor.state.validate import check_loader_state
 from conveyor.stats.counters import StepClock
 from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
@@ -92,6 +100,7 @@ _OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "profile_stages": ("", "profile_stages"),
     "snapshot_every_n_steps": ("", "snapshot_every_n_steps"),
     "share_records": ("workers", "share_records"),
+    "sample_seed": ("", "sample_seed"),
 }
 
 
@@ -151,8 +160,12 @@ class DataLoader(TorchDataLoader[T_co]):
             runs out of batches (one gloo all-reduce per batch), so ranks with uneven
             shards run the same number of steps and DDP cannot hang. Extra batches on the
             longer ranks are dropped.
-        snapshot_every_n_steps: accepted for torchdata's StatefulDataLoader users; every
-            step is exact here (see ``state_dict``), so it changes nothing.
+        snapshot_every_n_steps: how often workers send their stream's state to the main
+            process (torchdata's meaning). ``None`` (the default) or 1: with every batch.
+            ``n``: about once in ``n`` steps; 0: never. Every step's checkpoint stays exact
+            either way: the main process counts each worker's batches since its last state,
+            and a resume reads those again (so larger values make resuming slower, not
+            checkpoints coarser). Map-style datasets are unaffected (their order is indices).
         on_error: ``"raise"`` (torch's behaviour) or ``"skip"``: a sample whose
             ``__getitem__`` raises is left out of its batch and counted (map-style only);
             each epoch that skipped any ends with a `BadSampleWarning` naming them.
@@ -173,6 +186,10 @@ class DataLoader(TorchDataLoader[T_co]):
             get the table's handle instead of a pickle. The user's objects are not changed;
             a list changed between epochs is seen changed. ``False`` (or the environment
             variable ``CONVEYOR_SHARE_RECORDS=0``) turns it off. See docs/guide/workers.md.
+        sample_seed: seeds per-sample generators, ``conveyor.sample_generators()``: draw
+            a sample's augmentations from them and they are the same for that sample in
+            every run, on any worker count or kind, resumed or not (seeded from
+            ``(sample_seed, epoch, index)``). None (the default): off.
 
     Raises:
         ValueError: for arguments that exclude each other or are out of range, naming the
@@ -202,6 +219,7 @@ class DataLoader(TorchDataLoader[T_co]):
     profile_stages: bool
     snapshot_every_n_steps: int | None
     share_records: bool
+    sample_seed: int | None
 
     # conveyor's own state; names no subclass is likely to use (PopTorch's loader sets
     # `self._options`, others `_resume`, ...)
@@ -238,6 +256,7 @@ class DataLoader(TorchDataLoader[T_co]):
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
         share_records: bool | None = None,
+        sample_seed: int | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -280,6 +299,7 @@ class DataLoader(TorchDataLoader[T_co]):
             fullsync=fullsync,
             profile_stages=profile_stages,
             snapshot_every_n_steps=snapshot_every_n_steps,
+            sample_seed=sample_seed,
         )
         given = {"timeout": timeout}  # kept as given, as torch does
         for name in _OPTION_FIELDS:  # torch's order; set as torch does (subclasses see it)
@@ -302,6 +322,7 @@ class DataLoader(TorchDataLoader[T_co]):
         self._conveyor_epoch: weakref.ReferenceType[LoaderIterator] | None = None
         self._conveyor_epoch_clock: StepClock | None = None
         self._conveyor_epoch_serial = 0
+        self._conveyor_next_epoch = 0  # the number of the epoch the next iter() starts
         self._conveyor_dropped_state: LoaderStateDict | None = None
         self.check_worker_number_rationality()
         # spawn/forkserver: the zygote starts importing now; large plain lists become tables
@@ -423,7 +444,7 @@ class DataLoader(TorchDataLoader[T_co]):
             loader = ref()
             return None if loader is None else loader._IterableDataset_len_called
 
-        plan = LoadPlan(self._conveyor_options, self._hooks())
+        plan = LoadPlan(self._conveyor_options, self._hooks(), self._conveyor_next_epoch)
         resume, self._conveyor_resume = self._conveyor_resume, None
         workers = plan.options.workers
         iterator: LoaderIterator
@@ -452,6 +473,7 @@ class DataLoader(TorchDataLoader[T_co]):
 
     def _conveyor_track(self, iterator: LoaderIterator) -> None:
         """The epoch ``iterator`` runs is the one ``state_dict()`` and ``stats()`` describe."""
+        self._conveyor_next_epoch = iterator.epoch + 1
         self._conveyor_epoch = weakref.ref(iterator)
         self._conveyor_epoch_clock = iterator.clock
         self._conveyor_dropped_state = None
@@ -472,6 +494,10 @@ class DataLoader(TorchDataLoader[T_co]):
         Cheap (a few attribute reads): call it every step if you like. Counts only batches
         the user received, not those prefetched. See docs/design/checkpointing.md.
         """
+        state = self._conveyor_current_state()
+        return checked_for_save(state, self.dataset, stateful_sampler(self._index_sampler))
+
+    def _conveyor_current_state(self) -> LoaderStateDict:
         epoch = self._conveyor_epoch
         iterator = epoch() if epoch is not None else None
         if iterator is not None and not iterator.finished:
@@ -480,30 +506,27 @@ class DataLoader(TorchDataLoader[T_co]):
             return self._conveyor_dropped_state
         if self._conveyor_resume is not None:
             return self._conveyor_resume.state  # loaded but not started yet
-        generator = self._conveyor_options.data.generator
-        state: LoaderStateDict = {
-            "version": STATE_VERSION,
-            "in_epoch": False,
-            "generator": generator.get_state() if generator is not None else None,
-        }
-        # a sampler that draws from its own generator (torchdata's RandomSampler) says
-        # where the next epoch starts; others start each epoch afresh
-        next_epoch_state = getattr(self._index_sampler, "next_epoch_state", None)
-        if callable(next_epoch_state):
-            state["sampler"] = next_epoch_state()
-        return state
+        return between_epochs_state(
+            self._conveyor_options.data.generator,
+            self._index_sampler,
+            self._conveyor_next_epoch,
+        )
 
     def load_state_dict(self, state_dict: LoaderStateDict) -> None:
         """Make the next ``iter(loader)`` continue from ``state_dict``.
 
-        Raises TypeError for what is not a checkpoint dict, ValueError for an incomplete
-        one, one of another version or library, and one this loader cannot honour (another
-        dataset length or sampler: see ``conveyor.state.fingerprint``). A different
-        ``batch_size`` is honoured: the rest of the epoch is re-batched from the sample
-        count.
+        Raises TypeError for what is not a checkpoint dict or not plain data (a checkpoint
+        never runs code: nothing in it is unpickled), ValueError for an incomplete one, one
+        of another version or library, and one this loader cannot honour (another dataset
+        length or sampler: see ``conveyor.state.fingerprint``). A different ``batch_size``
+        is honoured: the rest of the epoch is re-batched from the sample count.
         """
         check_state_keys(state_dict)
         check_version(state_dict)
+        check_loadable(state_dict)
+        check_loader_state(state_dict)
+        self._conveyor_check_counts(state_dict)
+        self._conveyor_next_epoch = int(state_dict.get("epoch", 0))
         self._conveyor_dropped_state = None
         options = self._conveyor_options
         generator = options.data.generator
@@ -518,15 +541,43 @@ class DataLoader(TorchDataLoader[T_co]):
             index_sampler = options.data.index_sampler
             if state_dict.get("sampler") is not None and has_state(index_sampler):
                 index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
-            if options.data.iterable_style:  # streams' states at the epoch's end
-                workers = options.workers.num_workers
-                resume = next_epoch_resume(state_dict, workers, world_and_rank())
+            # what the next epoch starts from: states at the epoch's end, a kept base seed
+            workers = options.workers.num_workers
+            resume = next_epoch_resume(state_dict, workers, world_and_rank())
         else:
             resume = Resume(state_dict)
         self._conveyor_resume = resume
         if self._conveyor_persistent is not None:
             self._conveyor_persistent.close()  # persistent workers restart from the checkpoint
             self._conveyor_persistent = self._iterator = None
+
+    def _conveyor_check_counts(self, state: LoaderStateDict) -> None:
+        """ValueError when a checkpoint says more was delivered than this epoch holds."""
+        data = self._conveyor_options.data
+        if data.iterable_style or not state.get("in_epoch"):
+            return
+        saved = state.get("fingerprint") or {}
+        try:
+            batches = len(self._index_sampler)  # type: ignore[arg-type]
+        except TypeError:
+            return
+        same_batches = saved.get("batch_size") == data.batch_size and not state.get("rebatched")
+        if same_batches and int(state.get("yielded", 0)) > batches:
+            raise ValueError(
+                f"DataLoader.load_state_dict: checkpoint field yielded={state.get('yielded')} "
+                f"is more batches than this loader's epoch holds ({batches})"
+            )
+        samples = state.get("samples")
+        if samples is not None and data.sampler is not None:
+            try:
+                total = len(data.sampler)  # type: ignore[arg-type]
+            except TypeError:
+                return
+            if samples > total:
+                raise ValueError(
+                    f"DataLoader.load_state_dict: checkpoint field samples={samples} is more "
+                    f"samples than this loader's epoch holds ({total})"
+                )
 
     def __len__(self) -> int:
         data = self._conveyor_options.data

@@ -2,7 +2,7 @@
 
 `resolve_sampling` turns ``(dataset, batch_size, shuffle, sampler, batch_sampler,
 drop_last, generator, collate_fn)`` into the loader's `DataOptions`; the other concerns
-check themselves (`conveyor.engine.options`, `conveyor.engine.worker_kind`).
+check themselves (`conveyor.engine.loop.options`, `conveyor.engine.workers.worker_kind`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import torch
 
 from conveyor.collate import default_collate, default_convert
-from conveyor.engine.options import DataOptions
+from conveyor.engine.loop.options import DataOptions
 from conveyor.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 from conveyor.torch_compat import TorchIterDataPipe
 

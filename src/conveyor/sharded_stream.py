@@ -17,7 +17,7 @@ import numpy as np
 
 from conveyor.dataset import IterableDataset
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.global_order import EpochOrder
 from conveyor.state.elastic import (
     ConsumerProgress,
@@ -53,6 +53,8 @@ class ShardedStream(IterableDataset[T], Generic[S, T]):
     started are dealt out again, shards in progress continue at their offset.
     """
 
+    restarts_each_pass = True  # its state is where an epoch is: the next one starts afresh
+
     def __init__(
         self,
         shards: Sequence[S],
@@ -71,6 +73,18 @@ class ShardedStream(IterableDataset[T], Generic[S, T]):
         ).hexdigest()
         self._loaded: Mapping[str, Any] | None = None
         self._cursor: _Cursor[S, T] | None = None
+
+    def checkpoint_identity(self) -> str:
+        """Which data a checkpoint of this stream is about: its shards (digest, number)."""
+        return f"ShardedStream:{self._digest}:{len(self.shards)}"
+
+    def identify_last(self) -> int:
+        """The identity of the sample the iteration yielded last, the same on any topology:
+        its shard's position in the epoch's order and its index in the shard (the loader's
+        data-order certificate, `conveyor.state.certificate`)."""
+        cursor = self._cursor
+        assert cursor is not None, "identify_last() before iteration"
+        return (cursor.position << 32) | (cursor.offset - 1)
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle the shards by ``epoch`` from the next iteration on (the same on every rank)."""
@@ -167,6 +181,7 @@ class _Cursor(Generic[S, T]):
         self._pending = Pending(self._base, len(stream.shards))
         self._consumers, self._consumer = consumers, consumer
         self.index = index
+        self.position = 0  # the shard being read (its position in the epoch's order)
         self._resume_offset = offset
         if offset is None:  # before the first read: where the first entry's reading starts
             first = next(iter(self._pending.share(consumer, consumers, index)), None)
@@ -186,6 +201,7 @@ class _Cursor(Generic[S, T]):
             start = pending_offset if self._resume_offset is None else self._resume_offset
             self._resume_offset = None
             self.offset = start
+            self.position = position
             for sample in read(shard_at(position), start):
                 self.offset += 1
                 yield sample

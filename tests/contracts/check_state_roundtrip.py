@@ -1,18 +1,31 @@
 """The state contract every DataPipe node must meet (shared by all node tests).
 
-For every position ``k`` of the stream: pull ``k`` items, take ``state_dict()`` (through a
-pickle round trip, so it holds no live objects), build a *fresh* graph, load the state,
+For every position ``k`` of the stream: pull ``k`` items, take ``state_dict()`` (plain
+data only, through a ``torch.save`` / ``torch.load(weights_only=True)`` round trip, so it
+holds no live objects and loading it runs no code), build a *fresh* graph, load the state,
 and check that the rest of its stream equals the rest of the uninterrupted run — while
 the original graph, untouched by the snapshot, also finishes identically.
 """
 
 from __future__ import annotations
 
-import pickle
+import io
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
+
 from conveyor.datapipes.base import IterDataPipe
+from conveyor.state.plain import check_plain
+
+
+def weights_only_roundtrip(state: Any) -> Any:
+    """``state`` after ``torch.save`` and ``torch.load(weights_only=True)``; plain first."""
+    check_plain(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
 
 
 def _same(items: Iterable[Any], normalize: Callable[[Any], Any]) -> list[Any]:
@@ -37,7 +50,7 @@ def check_state_roundtrip(
         it = iter(graph)
         head = _same((next(it) for _ in range(k)), normalize)
         assert head == expected[:k], f"prefix differs at k={k}"
-        state = pickle.loads(pickle.dumps(graph.state_dict()))
+        state = weights_only_roundtrip(graph.state_dict())
         assert isinstance(state, dict) and "version" in state, state
         tail = _same(it, normalize)
         assert head + tail == expected, f"taking state perturbed the run at k={k}"

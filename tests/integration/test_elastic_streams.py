@@ -6,7 +6,6 @@ cannot be re-split are refused with the field that changed."""
 from __future__ import annotations
 
 import itertools
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,11 +158,12 @@ def test_sharded_stream_checks_what_its_checkpoint_depends_on() -> None:
     _, state = take(loader((1, "process"), 2), 2)
     other = ShardedStream(SHARDS[:-1], read_list, shuffle=True, seed=11)
     resumed = DataLoader(other, batch_size=2, num_workers=2)
-    resumed.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"identity=.*another stream's checkpoint"):
+        resumed.load_state_dict(state)  # refused at once, in the main process
     with pytest.raises(ValueError, match="units=16, this stream has units=15"):
-        next(iter(resumed))
+        other.load_state_dict(state["workers"]["states"][0])
     reseeded = ShardedStream(SHARDS, read_list, shuffle=True, seed=12)
     with pytest.raises(ValueError, match="seed=11, this stream has seed=12"):
-        reseeded.load_state_dict(pickle.loads(state["workers"]["states"][0]))
+        reseeded.load_state_dict(state["workers"]["states"][0])
     with pytest.raises(ValueError, match="expects the dict its state_dict"):
         reseeded.load_state_dict({"at": 3})

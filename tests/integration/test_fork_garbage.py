@@ -2,7 +2,7 @@
 
 A worker forked while the main process holds unreachable cycles inherits them; if its
 collector frees them, their finalizers run in the worker. With a Ray handle among them that
-call deadlocked workers and aborted Ray's driver (engine/forking.py). torch's workers do
+call deadlocked workers and aborted Ray's driver (engine/workers/forking.py). torch's workers do
 run them: the same test on torch's DataLoader is the proof that the test can fail.
 """
 

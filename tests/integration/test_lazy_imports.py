@@ -19,7 +19,7 @@ HEAVY = (
     "conveyor.formats.decoders",
     "conveyor.storage",
     "conveyor.mixture",
-    "conveyor.engine.ray_workers",
+    "conveyor.engine.workers.ray_workers",
 )
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import conveyor.text.stream as stream_module
 from conveyor import DataLoader, merge_checkpoints
-from conveyor.engine import base_iterator
+from conveyor.engine.loop import base_iterator
 from conveyor.formats.errors import BadSampleWarning, SampleError
 from conveyor.text import (
     JsonlDocuments,

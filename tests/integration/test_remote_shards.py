@@ -29,10 +29,8 @@ def keys_of(pipe: Any) -> list[str]:
 
 
 def member_offset(state: dict[str, Any]) -> int:
-    """The tar loader's saved member offset, found in the nested state."""
-    while "position" not in state:
-        state = state["source"]
-    return int(state["position"])
+    """The byte offset in the current shard where reading resumes (TarShards' state)."""
+    return int(state["offset"])
 
 
 def label_and_pixels(sample: dict[str, Any]) -> tuple[torch.Tensor, int]:
@@ -68,7 +66,11 @@ def test_http_resume_reads_from_the_saved_offset(
     resumed.load_state_dict(state)
     assert head + keys_of(resumed) == shard_set.keys
     third = [r for _, path, r in http_server.requests if path.endswith("part-002.tar") and r]
-    assert int(third[0].split("=")[1].split("-")[0]) >= offset - 4096  # no replay from 0
+    starts = [int(r.split("=")[1].split("-")[0]) for r in third]
+    # no replay from 0: nothing between the first block and the saved offset is read again
+    # (the first pipe's read-ahead of the first block may still be logged after clear())
+    assert not [s for s in starts if 4096 <= s < offset - 4096], (offset, third)
+    assert any(s >= offset - 4096 for s in starts)
 
 
 def test_http_listing_and_slow_response(http_server: HttpServer, shard_set: ShardSet) -> None:

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import conveyor
-import conveyor.engine.zygote as zygote_module
-from conveyor.engine import shared_records
+import conveyor.engine.workers.zygote as zygote_module
+from conveyor.engine.workers import shared_records
 
 from sample_datasets import FileList, file_records
 
@@ -239,7 +239,7 @@ _KILLED_MAIN = """
 import sys, threading
 sys.path.insert(0, {tests!r})
 import conveyor
-from conveyor.engine import shared_records
+from conveyor.engine.workers import shared_records
 from sample_datasets import FileList, file_records
 
 if __name__ == "__main__":

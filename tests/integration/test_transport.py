@@ -26,8 +26,8 @@ import torch
 
 from conveyor import DataLoader
 from conveyor.collate import default_collate
-from conveyor.engine import base_iterator
-from conveyor.engine.pin_thread import PinningPool
+from conveyor.engine.loop import base_iterator
+from conveyor.engine.workers.pin_thread import PinningPool
 from conveyor.transport.main_end import ShmFallbackWarning
 from conveyor.transport.options import ENV_SHM_DIR, ENV_SHM_MAX_BYTES, ENV_SLABS_PER_WORKER
 from conveyor.transport.pinning import NO_ACCELERATOR_WARNING

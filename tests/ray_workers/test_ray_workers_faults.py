@@ -13,7 +13,7 @@ import ray
 import torch
 
 import conveyor
-from conveyor.engine.pool import WorkerDiedError
+from conveyor.engine.workers.pool import WorkerDiedError
 
 from sample_datasets import Range, ShardedStream
 from torch_oracle import torch_batches

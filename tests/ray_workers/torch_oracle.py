@@ -2,7 +2,7 @@
 
 torch's fork workers would collect garbage inherited from this process, and a Ray handle
 in it calls Ray's core from the child (a deadlock, or RPCs on the driver's sockets that
-abort it). conveyor's own process workers never do (engine/forking.py); for torch's, the
+abort it). conveyor's own process workers never do (engine/workers/forking.py); for torch's, the
 tests freeze the garbage around the epoch themselves.
 """
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from conveyor.engine import messages as msg
-from conveyor.engine.messages import Reply
-from conveyor.engine.pin_thread import PinningPool
-from conveyor.engine.pool import WorkerDiedError
-from conveyor.engine.remote_error import RemoteError
+from conveyor.engine.workers import messages as msg
+from conveyor.engine.workers.messages import Reply
+from conveyor.engine.workers.pin_thread import PinningPool
+from conveyor.engine.workers.pool import WorkerDiedError
+from conveyor.engine.workers.remote_error import RemoteError
 
 _INTERRUPT = object()
 

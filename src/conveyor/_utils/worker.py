@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conveyor.engine.seeding import numpy_seed_state
-from conveyor.engine.worker_info import WorkerInfo, get_worker_info
+from conveyor.engine.workers.seeding import numpy_seed_state
+from conveyor.engine.workers.worker_info import WorkerInfo, get_worker_info
 
 __all__ = ["WorkerInfo", "get_worker_info"]
 

@@ -24,7 +24,7 @@ from conveyor.datapipes.cursor import (
 )
 from conveyor.datapipes.functional import build
 from conveyor.datapipes.node import DataChunk, IterNode, MapNode
-from conveyor.engine.channel import NotAvailable
+from conveyor.engine.offload.channel import NotAvailable
 
 __all__ = [
     "Cursor",

@@ -8,7 +8,7 @@ threads or processes); the node itself keeps only its configuration. ``state()``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 __all__ = [
@@ -51,6 +51,12 @@ class Upstream(Protocol[T_co]):
 
     def close(self) -> None: ...
 
+    def item_position(self) -> tuple[str, int] | None: ...
+
+    def can_reread(self) -> bool: ...
+
+    def reread(self, positions: Sequence[tuple[str, int]]) -> Sequence[T_co]: ...
+
 
 class Cursor(Generic[T_co]):
     """The runtime state of one pass over a node; created by the node's ``_make_cursor``.
@@ -69,6 +75,11 @@ class Cursor(Generic[T_co]):
 
     def close(self) -> None:
         """Release resources; the default does nothing."""
+
+    def item_position(self) -> tuple[str, int] | None:
+        """Where the item last returned by ``next()`` can be read again (its node's
+        ``reread``), or None: this cursor cannot say (the default)."""
+        return None
 
 
 class SourceCursor(Cursor[T_co]):

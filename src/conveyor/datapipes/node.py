@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from conveyor.datapipes.cursor import (
@@ -41,8 +41,9 @@ from conveyor.datapipes.cursor import (
     check_version,
 )
 from conveyor.dataset import Dataset, IterableDataset
-from conveyor.engine.channel import NotAvailable
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.offload.channel import NotAvailable
+from conveyor.engine.workers.worker_info import get_worker_info
+from conveyor.state.plain import NotPlainData, check_plain
 from conveyor.torch_compat import (
     TorchDataChunk,
     TorchIterDataPipe,
@@ -132,6 +133,7 @@ class IterNode(IterableDataset[T_co], _Registry):
     """
 
     functions: ClassVar[dict[str, Callable[..., Any]]] = {}
+    restarts_each_pass: ClassVar[bool] = True  # its state is where a pass is, nothing more
     _iter_fn: ClassVar[Callable[[Any], Any] | None] = None
     _cursor: Cursor[T_co] | None = None
     _pending: StateDict | None = None
@@ -243,7 +245,26 @@ class IterNode(IterableDataset[T_co], _Registry):
         """Resume from ``state`` at the next pull or ``iter()`` (validated then)."""
         if not isinstance(state, Mapping) or "version" not in state:
             raise ValueError(f"{type(self).__name__}: a state dict with a 'version' key expected")
+        try:
+            check_plain(state)
+        except NotPlainData as error:  # a checkpoint never holds objects: refused, not run
+            raise TypeError(f"{type(self).__name__}.load_state_dict: {error}") from None
         self._restart(state)
+
+    # ----- positions (`conveyor.datapipes.positions`) ----------------------------------
+    def can_reread(self) -> bool:
+        """Whether items of this pipe can be read again from their position (``reread``),
+        so a node buffering them checkpoints positions instead of items. Default: no."""
+        return False
+
+    def item_position(self) -> tuple[str, int] | None:
+        """The position of the item the last pull returned (None if unknown)."""
+        cursor = self._cursor
+        return None if cursor is None else cursor.item_position()
+
+    def reread(self, positions: Sequence[tuple[str, int]]) -> list[T_co]:
+        """The items at ``positions``, in that order, read again (``can_reread()`` pipes)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read items again")
 
     # ----- graph ----------------------------------------------------------------------
     def is_shardable(self) -> bool:

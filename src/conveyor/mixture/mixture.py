@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from conveyor.dataset import IterableDataset
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.keyed_permutation import derive_key
 from conveyor.mixture.placement import Placement
 from conveyor.mixture.rates import Rates, Weight, to_rates
@@ -96,14 +96,14 @@ class Mixture(IterableDataset[Any]):
         self._run: MixtureRun | None = None
         self._start = 0  # where the next run starts (a loaded checkpoint's position)
         self._loaded: Mapping[str, Any] | None = None
-        # In a loader with workers (conveyor.engine.placed): the first position no worker
+        # In a loader with workers (conveyor.engine.resume.placed): the first position no worker
         # has been asked for yet, set_weights' default; and a count of weight changes the
         # loader forwards to its workers.
         self._next_free: Callable[[], int | None] | None = None
         self.control_version = 0
 
     # conveyor's DataLoader splits the positions between its workers and ranks and
-    # checkpoints the run by position (conveyor.engine.placed)
+    # checkpoints the run by position (conveyor.engine.resume.placed)
     positions_split_by_loader: ClassVar[bool] = True
 
     def __copy__(self) -> Mixture:
@@ -189,7 +189,7 @@ class Mixture(IterableDataset[Any]):
         # a thread worker's copy is shallow: its weight history must be its own
         self._schedule = history_from_state(self.control(), self._initial)
 
-    # A loader's side (conveyor.engine.placed) -------------------------------------------
+    # A loader's side (conveyor.engine.resume.placed) -------------------------------------------
 
     def begin_loader_epoch(
         self, next_free: Callable[[], int | None] | None, resumed: Mapping[str, Any] | None

@@ -14,22 +14,31 @@ every consumer back into one `Progress`, which a new set of consumers of any siz
 again: whole units not started are dealt out anew, units in progress continue at their
 offsets, nothing is read twice or left out. Sizes stay small because consumers advance
 in step: ``done`` and ``partial`` hold about (consumers x units in flight) entries.
+
+Items read but not yet delivered (a shuffle buffer's samples, as positions) travel too: a
+consumer's checkpoint lists those it holds under ``items`` (`conveyor.state.
+position_codec`), `merge` gathers every consumer's, and consumer ``c`` of the next split
+takes ``items[c::n]`` and delivers them first.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+from conveyor.state.position_codec import Position, decode_positions, encode_positions
 
 __all__ = [
     "ELASTIC_VERSION",
+    "check_progress",
     "ConsumerProgress",
     "Pending",
     "Progress",
     "consumer_progress",
     "fresh_progress",
     "is_elastic",
+    "item_share",
     "merge",
 ]
 
@@ -44,6 +53,7 @@ class Progress(TypedDict):
     below: int  # every position below is done
     done: list[int]  # positions >= below that are done (sorted)
     partial: list[list[int]]  # [position, items delivered] of units in progress (sorted)
+    items: NotRequired[dict[str, Any] | None]  # positions read, not delivered (see module)
 
 
 class ConsumerProgress(Progress):
@@ -63,6 +73,58 @@ def fresh_progress(identity: Mapping[str, Any]) -> Progress:
 def is_elastic(state: object) -> bool:
     """Whether ``state`` is a `Progress` (or a consumer's), resumable on any topology."""
     return isinstance(state, Mapping) and state.get("elastic") == ELASTIC_VERSION
+
+
+def _int_in(value: Any, field: str, low: int, high: int) -> int:
+    if type(value) is not int:
+        raise TypeError(f"progress field {field} is a {type(value).__name__}, expected int")
+    if not low <= value < high:
+        raise ValueError(f"progress field {field}={value} is outside [{low}, {high})")
+    return value
+
+
+def check_progress(state: Any) -> None:
+    """TypeError / ValueError naming the field when ``state`` is no sound elastic progress
+    (a consumer's, a merged one, `TarShards`'): damaged, truncated or edited."""
+    if not is_elastic(state):
+        raise ValueError("not an elastic progress (its 'elastic' marker is missing)")
+    for key in ("identity", "below", "done", "partial"):
+        if key not in state:
+            raise ValueError(f"progress field {key} is missing")
+    identity = state["identity"]
+    if not isinstance(identity, Mapping):
+        raise TypeError("progress field identity is no dict")
+    units = _int_in(identity.get("units"), "identity.units", 0, 2**53)
+    below = _int_in(state["below"], "below", 0, units + 1)
+    _check_positions(state["done"], state["partial"], below, units)
+    if "consumers" in state:
+        consumers = _int_in(state["consumers"], "consumers", 1, 2**31)
+        _int_in(state.get("consumer"), "consumer", 0, consumers)
+        _int_in(state.get("index"), "index", 0, units + 1)
+        _int_in(state.get("offset"), "offset", 0, 2**63)
+    items = state.get("items")
+    if items is not None:
+        if not isinstance(items, Mapping):
+            raise TypeError("progress field items is no dict")
+        decode_positions(items)
+
+
+def _check_positions(done: Any, partial: Any, below: int, units: int) -> None:
+    """``done`` and ``partial`` sorted, distinct, apart, within ``[below, units)``."""
+    if not isinstance(done, list) or not isinstance(partial, list):
+        raise TypeError("progress fields done and partial are lists")
+    for index, position in enumerate(done):
+        _int_in(position, f"done[{index}]", below, units)
+    if done != sorted(set(done)):
+        raise ValueError("progress field done is not sorted and distinct")
+    positions = []
+    for index, pair in enumerate(partial):
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ValueError(f"progress field partial[{index}] is no [position, offset] pair")
+        positions.append(_int_in(pair[0], f"partial[{index}][0]", below, units))
+        _int_in(pair[1], f"partial[{index}][1]", 0, 2**63)
+    if positions != sorted(set(positions)) or set(positions) & set(done):
+        raise ValueError("progress field partial lists a position twice, or one done")
 
 
 def consumer_progress(
@@ -124,6 +186,26 @@ class Pending:
         return max(0, -(-(len(self) - consumer) // consumers))
 
 
+def item_share(progress: Mapping[str, Any], consumer: int, consumers: int) -> list[Position]:
+    """The items a consumer of a new split delivers first: every ``consumers``-th."""
+    items = progress.get("items")
+    return decode_positions(items)[consumer::consumers] if items else []
+
+
+def _carried_items(states: Sequence[Mapping[str, Any] | None], count: int) -> list[Position]:
+    """Items still to deliver: those each consumer holds, and the split's own share of
+    any consumer that has not checkpointed since the split (it holds them unread)."""
+    carried: list[Position] = []
+    bases = [s for s in states if s is not None and "consumers" not in s]
+    for slot, state in enumerate(states):
+        if state is not None and "consumers" in state:
+            held = state.get("items")
+            carried.extend(decode_positions(held) if held else [])
+        elif bases:
+            carried.extend(item_share(bases[0], slot, count))
+    return carried
+
+
 def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
     """One `Progress` from the checkpoints of every consumer of one split.
 
@@ -139,9 +221,11 @@ def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
     base = bases[0]
     for other in bases[1:]:
         _check_same_split(base, other)
+    count = int(consumers[0]["consumers"]) if consumers else len(states)
+    carried = _carried_items(states, count)
+    items = encode_positions(carried) if carried else None
     if not consumers:
-        return _plain(base)
-    count = int(consumers[0]["consumers"])
+        return {**_plain(base), "items": items}
     pending = Pending(base, int(base["identity"]["units"]))
     reached = [0] * count  # entries finished per consumer
     current: dict[int, int] = {}  # pending entry -> items delivered
@@ -155,7 +239,7 @@ def merge(states: Sequence[Mapping[str, Any] | None]) -> Progress | None:
         entry = slot + index * count
         if entry < len(pending) and int(state["offset"]) > 0:
             current[entry] = int(state["offset"])
-    return _folded(base, pending, count, reached, current)
+    return {**_folded(base, pending, count, reached, current), "items": items}
 
 
 def _folded(

@@ -30,6 +30,7 @@ class Fingerprint(TypedDict):
     batch_sampler: str | None  # the batch sampler's class; None without batching
     batch_size: int | None  # None: no batching, or a batch_sampler of the user's
     drop_last: bool
+    identity: str | None  # a stream's ``checkpoint_identity()``: which data (its shards)
 
 
 # Fields whose change cannot be honoured, with what the user should do instead.
@@ -39,6 +40,8 @@ _MUST_MATCH = {
     "or repeated)",
     "sampler": "resume with the same sampler (shuffle on or off, the same sampler class)",
     "batch_sampler": "resume with the same batch_sampler",
+    "identity": "resume over the same data (this is another stream's checkpoint: other "
+    "shards, or another order of them)",
 }
 
 _REQUIRED_IN_EPOCH = ("version", "in_epoch", "yielded")
@@ -74,11 +77,18 @@ def loader_fingerprint(
         "batch_sampler": None if iterable_style else _class_name(batch_sampler),
         "batch_size": batch_size,
         "drop_last": drop_last,
+        "identity": _identity(dataset) if iterable_style else None,
     }
 
 
+def _identity(dataset: object) -> str | None:
+    """``dataset.checkpoint_identity()`` (cheap: a digest of its shard names), if it has one."""
+    identify = getattr(dataset, "checkpoint_identity", None)
+    return identify() if callable(identify) else None
+
+
 def fingerprint_of(data: Any) -> Fingerprint:
-    """`loader_fingerprint` of a loader's ``DataOptions`` (``conveyor.engine.options``)."""
+    """`loader_fingerprint` of a loader's ``DataOptions`` (``conveyor.engine.loop.options``)."""
     return loader_fingerprint(
         data.dataset,
         data.iterable_style,

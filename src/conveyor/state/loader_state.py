@@ -5,12 +5,12 @@ An epoch is replayed, never re-read: the checkpoint keeps the random-number stat
 received. Resuming restores that state, lets the epoch draw the same seeds and the same
 shuffle again, and skips the indices already delivered without loading any data. For
 streams (iterable-style datasets, DataPipes) it keeps each worker's dataset state as of
-the last batch the user received from it.
+the last batch the user received from it, as plain data (`conveyor.state.plain`): a
+checkpoint never holds a pickle, and loading one never runs code.
 """
 
 from __future__ import annotations
 
-import pickle
 import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypedDict
@@ -18,18 +18,19 @@ from typing import Any, NamedTuple, TypedDict
 import torch
 
 from conveyor.state.elastic import is_elastic
+from conveyor.state.legacy import check_legacy
 from conveyor.state.protocol import has_state
 from conveyor.state.stream_set import merge_any
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: worker states were pickles (`conveyor.state.legacy`)
 
 
 class WorkerStreams(TypedDict):
     """Streams read by workers: each worker's dataset state and the round-robin cursor."""
 
     num_workers: int
-    states: list[bytes | None]  # per worker: pickled dataset state after its last batch
-    counts: list[int]  # per worker: batches delivered this epoch
+    states: list[Any]  # per worker: the dataset's state (plain data) after its last batch
+    counts: list[int]  # per worker: batches delivered since its state (all, if it has none)
     active: list[bool]  # False once a worker's stream has ended this epoch
     next_worker: int  # the worker whose batch the user receives next
 
@@ -47,12 +48,14 @@ class LoaderStateDict(TypedDict, total=False):
     delivered_ahead: list[int]  # in_order=False: positions >= yielded already delivered
     dataset: Any  # single process, streams: the dataset's state
     workers: WorkerStreams | None
-    replicas: Any  # DistributedSampler: world size and global progress (engine/rank_resume.py)
+    replicas: Any  # DistributedSampler: world size, global progress (engine/resume/rank_resume)
     samples: int | None  # samples of the epoch's order delivered (None: batch sizes vary)
     rebatched: bool  # the epoch's batches were cut from a sample count (batch_size changed)
     fingerprint: Any  # what the checkpoint depends on (state/fingerprint.py)
     topology: Any  # {"world_size", "rank", "worker_type"} of the loader that took it
     elastic: Any  # streams merged by merge_checkpoints: one progress for any topology
+    certificate: Any  # {"digest", "samples"} of the epoch so far (state/certificate.py)
+    epoch: int  # in an epoch: its number; between epochs: the next one's
 
 
 class EpochStart:
@@ -107,9 +110,8 @@ def restore_epoch_start(
     """Put the RNGs (and a stateful sampler) back where the checkpointed epoch began.
 
     The epoch's order comes from the loader's generator if it has one, else from torch's
-    global RNG: a checkpoint of one kind cannot replay the order on a loader of the other.
+    global RNG (``load_state_dict`` refused a checkpoint of the other kind: `check_generator`).
     """
-    check_generator(state, generator)
     saved_generator = state.get("generator")
     if generator is not None and saved_generator is not None:
         generator.set_state(saved_generator)
@@ -139,6 +141,9 @@ def check_generator(state: LoaderStateDict, generator: torch.Generator | None) -
 
 def check_version(state: LoaderStateDict) -> None:
     version = state.get("version")
+    if version == 1:
+        check_legacy(state)  # plain version-1 states read as they are; pickled ones refused
+        return
     if version != STATE_VERSION:
         raise ValueError(
             f"DataLoader state_dict has version {version!r}; this conveyor reads version "
@@ -149,33 +154,37 @@ def check_version(state: LoaderStateDict) -> None:
 class DeliveryLog:
     """What the user has received this epoch, as a checkpoint must record it.
 
-    Streams: each worker's dataset state after its last delivered batch, and how many of
-    its batches were delivered. Map-style with ``in_order=False``: the positions delivered,
-    as a watermark (every position below it) plus the ones delivered ahead of it.
+    Streams: each worker's dataset state as of the last delivered batch that carried one
+    (every batch by default; every n-th with ``snapshot_every_n_steps``), and how many of
+    its batches were delivered since (a resume reads them again). Map-style with
+    ``in_order=False``: the positions delivered, as a watermark (every position below it)
+    plus the ones delivered ahead of it.
     """
 
     def __init__(self, num_workers: int, watermark: int, ahead: set[int]):
-        self.states: list[bytes | None] = [None] * num_workers
-        self.end_states: list[bytes | None] = [None] * num_workers  # after StopIteration
+        self.states: list[Any] = [None] * num_workers
+        self.end_states: list[Any] = [None] * num_workers  # after StopIteration
         self.counts = [0] * num_workers
         self.watermark = watermark
         self.ahead = set(ahead)
 
-    def ended(self, worker_id: int, state: bytes | None) -> None:
+    def ended(self, worker_id: int, state: Any) -> None:
         """The worker's stream ran out; ``state``: its dataset's state after that."""
         if state is not None:
             self.end_states[worker_id] = state
 
-    def final_states(self) -> list[bytes | None]:
+    def final_states(self) -> list[Any]:
         """Each stream's state once the epoch is over (its end, else its last batch)."""
         return [
             e if e is not None else s for e, s in zip(self.end_states, self.states, strict=True)
         ]
 
-    def delivered(self, worker_id: int, position: int, state: bytes | None) -> None:
-        self.counts[worker_id] += 1
+    def delivered(self, worker_id: int, position: int, state: Any) -> None:
         if state is not None:
             self.states[worker_id] = state
+            self.counts[worker_id] = 0
+        else:
+            self.counts[worker_id] += 1
         if position != self.watermark:
             self.ahead.add(position)
             return
@@ -188,17 +197,16 @@ class DeliveryLog:
 class StreamResume(NamedTuple):
     """How each worker of a resumed stream picks up: state to load, or batches to drop."""
 
-    states: tuple[bytes | None, ...]
-    counts: tuple[int, ...]
+    states: tuple[Any, ...]  # each worker's dataset state (plain data) or None
+    counts: tuple[int, ...]  # batches each worker delivered after that state (or in all)
     active: tuple[bool, ...]
     next_worker: int
 
     @property
     def skips(self) -> tuple[int, ...]:
-        """Workers whose dataset has no state replay (read and drop) what they delivered."""
-        return tuple(
-            0 if s is not None else c for s, c in zip(self.states, self.counts, strict=True)
-        )
+        """Batches each worker reads and drops after loading its state: those delivered
+        since the state was taken (all it delivered, for a dataset without state)."""
+        return self.counts
 
 
 def stream_resume_for(
@@ -225,10 +233,9 @@ def stream_resume_for(
         merged = _merged_progress(state, saved, (num_workers, *world))
     if merged is None:  # nothing was delivered: every worker starts afresh
         return None
-    blob = pickle.dumps(merged)
     slots = max(num_workers, 1)
     return StreamResume(
-        states=(blob,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
+        states=(merged,) * slots, counts=(0,) * slots, active=(True,) * slots, next_worker=0
     )
 
 
@@ -289,14 +296,31 @@ def _same_topology(state: LoaderStateDict) -> StreamResume | None:
 
 
 def consumer_states(state: LoaderStateDict) -> list[tuple[Any, int]]:
-    """Each stream's (unpickled state or None, batches delivered) in one checkpoint."""
+    """Each stream's (state or None, batches delivered after it) in one checkpoint."""
     workers = state.get("workers")
     if workers is None:
-        return [(state.get("dataset"), int(state.get("yielded", 0)))]
-    return [
-        (None if blob is None else pickle.loads(blob), count)
-        for blob, count in zip(workers["states"], workers["counts"], strict=True)
-    ]
+        saved = _unstarted_as_none(state.get("dataset"))
+        return [(saved, 0 if saved is not None else int(state.get("yielded", 0)))]
+    states = [_unstarted_as_none(saved) for saved in workers["states"]]
+    return list(zip(states, workers["counts"], strict=True))
+
+
+def _unstarted_as_none(saved: Any) -> Any:
+    """A DataPipe's state before its first pull (``fresh``) says nothing was read."""
+    return None if isinstance(saved, dict) and saved.get("fresh") is True else saved
+
+
+def _why_not_mergeable(streams: Sequence[tuple[Any, int]]) -> str | None:
+    """Why these streams' progress cannot be merged into one (None: it can)."""
+    if any(lag for _, lag in streams):
+        return (
+            "its workers' last batches came without their state, so resuming reads them "
+            "again: a dataset without state_dict(), or a checkpoint taken with "
+            "snapshot_every_n_steps other than 1 (take it with snapshot_every_n_steps=1)"
+        )
+    if any(saved is not None and not is_elastic(saved) for saved, _ in streams):
+        return "its dataset's state is its own consumer's position, not an elastic progress"
+    return None
 
 
 def _merged_progress(
@@ -307,12 +331,13 @@ def _merged_progress(
     field, before, after = next((n, b, a) for n, b, a in changed if b != a)
     where = f"it was taken with {field}={before}, this loader has {field}={after}"
     streams = consumer_states(state)
-    if any(count and not is_elastic(s) for s, count in streams):
+    why = _why_not_mergeable(streams)
+    if why is not None:
         raise ValueError(
             f"this checkpoint of an iterable-style dataset cannot be resumed here: {where}, "
-            "and its stream cannot be re-split (a dataset without state_dict(), or one "
-            "whose state is its own consumer's position). Resume with the same "
-            f"{field}, or read it through conveyor.ShardedStream (resumes on any topology)"
+            f"and its stream cannot be re-split ({why}). Resume with the same {field}, or "
+            "read it through a stream that resumes on any topology (conveyor.TarShards, "
+            "conveyor.ShardedStream)"
         )
     if saved[1] > 1 or now[1] > 1:
         raise ValueError(
@@ -348,19 +373,37 @@ def merge_checkpoints(states: Sequence[LoaderStateDict]) -> LoaderStateDict:
             f"merge_checkpoints needs one checkpoint of each of the {world} ranks "
             f"(world_size={world}), got ranks {ranks}"
         )
-    streams = [s for state in states for s, _ in consumer_states(state)]
-    counts = [c for state in states for _, c in consumer_states(state)]
-    if any(count and not is_elastic(s) for s, count in zip(streams, counts, strict=True)):
+    streams = [stream for state in states for stream in consumer_states(state)]
+    why = _why_not_mergeable(streams)
+    if why is not None:
         raise ValueError(
-            "merge_checkpoints: these streams cannot be merged (their dataset's state is "
-            "not an elastic progress); read them through conveyor.ShardedStream"
+            f"merge_checkpoints: these streams cannot be merged ({why}); read them through "
+            "a stream that resumes on any topology (conveyor.TarShards, conveyor.ShardedStream)"
         )
     merged: LoaderStateDict = dict(first)  # type: ignore[assignment]
-    merged["elastic"] = merge_any(streams)
+    merged["elastic"] = merge_any([saved for saved, _ in streams])
     merged["workers"] = None
     merged["dataset"] = None
     merged["topology"] = None
     return merged
+
+
+def between_epochs_state(
+    generator: torch.Generator | None, index_sampler: object, epoch: int
+) -> LoaderStateDict:
+    """A checkpoint between two epochs: the loader's generator where the last epoch left it
+    and, for a sampler that draws from its own generator (torchdata's RandomSampler), where
+    its next epoch starts; others start each epoch afresh."""
+    state: LoaderStateDict = {
+        "version": STATE_VERSION,
+        "in_epoch": False,
+        "generator": generator.get_state() if generator is not None else None,
+        "epoch": epoch,  # the next epoch's number
+    }
+    next_epoch_state = getattr(index_sampler, "next_epoch_state", None)
+    if callable(next_epoch_state):
+        state["sampler"] = next_epoch_state()
+    return state
 
 
 def next_epoch_resume(
@@ -374,10 +417,12 @@ def next_epoch_resume(
     dropped with a warning, and the next epoch starts from the datasets as built.
     """
     elastic = state.get("elastic")  # e.g. a Mixture's next run: any topology takes it
-    if state.get("dataset") is None and not state.get("workers") and elastic is None:
+    kept_seed = state.get("drew_base_seed") is False and "base_seed" in state
+    has_streams = state.get("dataset") is not None or bool(state.get("workers"))
+    if not has_streams and elastic is None and not kept_seed:
         return None
     saved = saved_topology(state)
-    if elastic is None and saved != (num_workers, *world):
+    if has_streams and elastic is None and saved != (num_workers, *world):
         names = ("num_workers", "world_size", "rank")
         field, before, after = next(
             (n, b, a) for n, b, a in zip(names, saved, (num_workers, *world), strict=True) if b != a
@@ -388,14 +433,16 @@ def next_epoch_resume(
             "next epoch starts from the dataset as constructed (its own state not restored)",
             stacklevel=3,
         )
-        return None
+        if not kept_seed:
+            return None
+        state = {**state, "dataset": None, "workers": None}
     start: LoaderStateDict = {
         "version": STATE_VERSION,
         "in_epoch": True,
         "generator": state.get("generator"),
         "global_rng": None,
         "sampler": None,
-        "drew_base_seed": True,
+        "drew_base_seed": not kept_seed,  # persistent workers keep their first base seed
         "shared_seed": None,
         "yielded": 0,
         "delivered_ahead": [],
@@ -403,6 +450,8 @@ def next_epoch_resume(
         "workers": state.get("workers"),
         "topology": state.get("topology"),
     }
+    if kept_seed:
+        start["base_seed"] = int(state["base_seed"])
     if elastic is not None:
         start["elastic"] = elastic
     return Resume(start)

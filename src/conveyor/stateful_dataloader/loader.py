@@ -10,7 +10,7 @@ import torch
 from conveyor import sampler as plain
 from conveyor.dataloader import DataLoader
 from conveyor.dataset import Dataset
-from conveyor.engine.worker_kind import MultiprocessingContext
+from conveyor.engine.workers.worker_kind import MultiprocessingContext
 from conveyor.sampler import Sampler
 from conveyor.state.loader_state import LoaderStateDict
 from conveyor.stateful_dataloader.sampler import BatchSampler, RandomSampler
@@ -39,7 +39,9 @@ class StatefulDataLoader(DataLoader[T_co]):
     ``load_state_dict()`` takes conveyor's states (honouring an adjusted
     ``_num_yielded``) and torchdata 0.11's for map-style datasets: a run started with
     torchdata continues here with the same batches. Differences:
-        snapshot_every_n_steps: accepted and validated (0 too), but every step is exact.
+        snapshot_every_n_steps: how often workers send their stream's state, as in
+            torchdata (default 1: every batch; 0: never); every step's checkpoint is exact
+            anyway (a resume reads again the batches delivered since a worker's last state).
         A torchdata checkpoint of an iterable-style dataset is refused (`ValueError`):
             its worker states are torchdata's private format.
     """
@@ -74,6 +76,7 @@ class StatefulDataLoader(DataLoader[T_co]):
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
         share_records: bool | None = None,
+        sample_seed: int | None = None,
     ) -> None:
         # torchdata's parameters, in torchdata's order (code validates keyword arguments
         # against this signature: torchtitan), then conveyor's, keyword-only.
@@ -107,6 +110,7 @@ class StatefulDataLoader(DataLoader[T_co]):
             ray_remote_args=ray_remote_args,
             max_worker_restarts=max_worker_restarts,
             share_records=share_records,
+            sample_seed=sample_seed,
         )
         self._conveyor_held_iterator: Any = None
         if sampler is None and batch_sampler is None:

@@ -13,7 +13,6 @@ replay a map-style epoch and skip what was delivered.
 from __future__ import annotations
 
 import base64
-import pickle
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -157,11 +156,9 @@ def _worker_snapshots(
     workers = ours.get("workers")
     snapshots: dict[str, Any] = {}
     for worker_id in range(num_workers):
-        blob = workers["states"][worker_id] if workers else None
+        saved = workers["states"][worker_id] if workers else None
         ended = not workers["active"][worker_id] if workers else False
-        dataset_state, iterator_state = stream_state.parts(
-            None if blob is None else pickle.loads(blob)
-        )
+        dataset_state, iterator_state = stream_state.parts(saved)
         snapshots[f"worker_{worker_id}"] = {
             "worker_id": worker_id,
             "dataset_state": dataset_state,

@@ -31,6 +31,7 @@ class StepClock:
         "_worker_busy",
         "batches",
         "bytes_moved",
+        "certificate",
         "compute_s",
         "samples",
         "skipped",
@@ -55,6 +56,8 @@ class StepClock:
         self.startup_s = 0.0
         self.worker_stages: dict[int, tuple[StageProfile, ...]] = {}  # latest, per worker
         self.stage_source: Callable[[], tuple[StageProfile, ...]] | None = None
+        # the epoch's data-order certificate (conveyor.state.certificate): digest, samples
+        self.certificate: tuple[str, int] = ("0" * 16, 0)
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -101,6 +104,8 @@ class StepClock:
             bytes_moved=self.bytes_moved,
             startup_s=self.startup_s,
             stages=self._stages(),
+            epoch_digest=self.certificate[0],
+            epoch_samples=self.certificate[1],
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:

@@ -64,6 +64,11 @@ class LoaderStats:
     bytes_moved: int = 0  # bytes that crossed from worker processes (pipe + shared memory)
     startup_s: float = 0.0  # wait for the first batch (workers starting, caches filling)
     stages: tuple[StageProfile, ...] = ()  # DataPipe stages, with profile_stages=True
+    # The epoch's data-order certificate: a multiset digest (16 hex digits) of the
+    # identities of every sample delivered this epoch, a resumed run's included, and
+    # their number. Equal digests: the same samples, each as often (any order, topology).
+    epoch_digest: str = "0" * 16
+    epoch_samples: int = 0
 
     def slowest_stage(self) -> StageProfile | None:
         return max(self.stages, key=lambda s: s.self_s, default=None)

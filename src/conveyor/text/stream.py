@@ -20,7 +20,7 @@ import numpy as np
 
 from conveyor.dataset import IterableDataset
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.formats.errors import ErrorPolicy, OnError, as_policy
 from conveyor.global_order import EpochOrder
 from conveyor.keyed_permutation import derive_key

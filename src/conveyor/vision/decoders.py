@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.formats.decoders import IMAGE_EXTENSIONS, DecoderRegistry
 from conveyor.vision.backends import resolve_backend
 from conveyor.vision.boxes import CropBox, random_resized_crop_box, resized_center_crop

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 from elastic_stream_job import SHARDS
@@ -39,3 +40,41 @@ def test_two_ranks_checkpoint_resumes_on_another_world_size(
     rest = [x for r in second for x in r["samples"]]
     assert all(r["samples"] for r in second)  # every new rank got work
     assert sorted(delivered + rest) == ALL  # every remaining sample once, none again
+
+
+SIZES = (3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8)
+TAR_KEYS = sorted(f"{s:02d}-{i:02d}" for s, size in enumerate(SIZES) for i in range(size))
+
+
+def _tar_shards(root: Path) -> Path:
+    from conveyor.formats import ShardWriter
+
+    for s, size in enumerate(SIZES):
+        with ShardWriter(str(root / f"part-{s:02d}-%d.tar")) as writer:
+            for i in range(size):
+                writer.write({"__key__": f"{s:02d}-{i:02d}", "txt": "x" * (50 + 31 * i)})
+    return root
+
+
+@pytest.mark.parametrize(("nproc", "workers"), [(3, 1), (1, 2)])
+def test_tar_shards_of_two_ranks_resume_on_another_world_size(
+    tmp_path: Path, nproc: int, workers: int
+) -> None:
+    """Shards in progress and shuffle buffers of 2 ranks x 2 workers, dealt out again."""
+    shard_dir = _tar_shards(tmp_path)
+
+    def job(name: str, nproc: int, workers: int, take: int, state: Path | None) -> Any:
+        out = tmp_path / f"{name}.pkl"
+        args = [str(out), str(shard_dir), str(workers), str(take)]
+        torchrun("elastic_tar_job.py", *args + ([str(state)] if state else []), nproc=nproc)
+        return pickle.loads(out.read_bytes())
+
+    first = job("first", 2, 2, 4, None)
+    delivered = [x for r in first for x in r["samples"]]
+    assert len(delivered) == 2 * 4 * 2
+    merged = merge_checkpoints([r["state"] for r in first])
+    state = tmp_path / "merged.pkl"
+    state.write_bytes(pickle.dumps(merged))
+    second = job("second", nproc, workers, -1, state)
+    rest = [x for r in second for x in r["samples"]]
+    assert sorted(delivered + rest) == TAR_KEYS  # every remaining sample once, none again

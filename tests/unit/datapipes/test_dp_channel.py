@@ -8,7 +8,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from conveyor.engine.channel import (
+from conveyor.engine.offload.channel import (
     ChannelClosed,
     Doorbell,
     NotAvailable,

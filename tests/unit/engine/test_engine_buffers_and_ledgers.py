@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.engine.in_flight import InFlight, RoundRobin
-from conveyor.engine.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
-from conveyor.engine.skips import EXAMPLES_KEPT, SkipLog
+from conveyor.engine.loop.in_flight import InFlight, RoundRobin
+from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, ReadyFirstBuffer, make_buffer
+from conveyor.engine.loop.skips import EXAMPLES_KEPT, SkipLog
 from conveyor.formats.errors import BadSampleWarning
 from conveyor.formats.skips import SkipRecord
 from conveyor.state.loader_state import DeliveryLog
@@ -94,11 +94,17 @@ def test_round_robin_skips_retired_workers_and_can_peek() -> None:
 
 def test_delivery_log_keeps_a_watermark_and_what_came_ahead() -> None:
     log = DeliveryLog(num_workers=2, watermark=3, ahead={5})
-    log.delivered(0, 4, b"s0")
+    log.delivered(0, 4, {"s": 0})
     assert (log.watermark, log.ahead) == (3, {4, 5})
     log.delivered(1, 3, None)
     assert (log.watermark, log.ahead) == (6, set())
-    assert log.counts == [1, 1] and log.states == [b"s0", None]
+    # counts: batches delivered since the worker's last state (a resume reads them again)
+    assert log.counts == [0, 1] and log.states == [{"s": 0}, None]
+    log.delivered(0, 6, None)
+    log.delivered(0, 7, None)
+    assert log.counts == [2, 1] and log.states == [{"s": 0}, None]
+    log.delivered(0, 8, {"s": 3})
+    assert log.counts == [0, 1] and log.states == [{"s": 3}, None]
 
 
 def _bad(index: int, reason: str) -> SkipRecord:

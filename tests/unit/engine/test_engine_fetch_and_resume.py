@@ -3,14 +3,17 @@ stream checkpoints, and resuming a map-style epoch on another number of ranks.""
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import pytest
 
 from conveyor.distributed import DistributedSampler
-from conveyor.engine.fetch import BatchSkipped, FetchSpec, IterableFetcher, make_fetcher
-from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
+from conveyor.engine.resume.rank_resume import (
+    apply_replica_resume,
+    distributed_sampler,
+    replica_state,
+)
+from conveyor.engine.workers.fetch import BatchSkipped, FetchSpec, IterableFetcher, make_fetcher
 from conveyor.sampler import BatchSampler
 from conveyor.state.loader_state import Resume, StreamResume, stream_resume_for
 
@@ -72,21 +75,21 @@ def test_iterable_fetcher_partial_last_batch_and_drop_last() -> None:
 
 
 def test_stream_resume_checks_the_worker_count() -> None:
-    blob = pickle.dumps({"position": 2})  # a stream's own state: not re-splittable
+    saved = {"position": 2}  # a stream's own state: not re-splittable
     state: Any = {
-        "version": 1,
+        "version": 2,
         "in_epoch": True,
         "yielded": 3,
         "workers": {
             "num_workers": 2,
-            "states": [blob, None],
-            "counts": [2, 1],
+            "states": [saved, None],
+            "counts": [0, 1],  # batches since each worker's state (all, without one)
             "active": [True, False],
             "next_worker": 0,
         },
     }
     streams = stream_resume_for(True, 2, Resume(state))
-    assert streams == StreamResume((blob, None), (2, 1), (True, False), 0)
+    assert streams == StreamResume((saved, None), (0, 1), (True, False), 0)
     assert streams.skips == (0, 1)  # a worker without state replays what it delivered
     assert stream_resume_for(False, 2, Resume(state)) is None  # map-style: nothing to split
     with pytest.raises(ValueError, match="num_workers=2"):

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from conveyor import DataLoader
-from conveyor.engine.options import DataOptions, ErrorOptions, LoaderOptions
-from conveyor.engine.process_workers import ProcessWorkers
-from conveyor.engine.thread_workers import ThreadWorkers
-from conveyor.engine.worker_kind import WorkerOptions
-from conveyor.engine.worker_kinds import WORKER_KINDS, resolve_worker_type, worker_kind
+from conveyor.engine.loop.options import DataOptions, ErrorOptions, LoaderOptions
+from conveyor.engine.workers.process_workers import ProcessWorkers
+from conveyor.engine.workers.thread_workers import ThreadWorkers
+from conveyor.engine.workers.worker_kind import WorkerOptions
+from conveyor.engine.workers.worker_kinds import WORKER_KINDS, resolve_worker_type, worker_kind
 
 
 def _data(**changes: Any) -> DataOptions:

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import conveyor
-from conveyor.engine import ray_workers
-from conveyor.engine.ray_workers import RayWorkers
+from conveyor.engine.workers import ray_workers
+from conveyor.engine.workers.ray_workers import RayWorkers
 
 from sample_datasets import Range
 

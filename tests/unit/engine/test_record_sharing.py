@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from conveyor import ConcatDataset, Dataset, Subset
-from conveyor.engine import shared_records
-from conveyor.engine.shared_records import RecordSharing, share_records_default
+from conveyor.engine.workers import shared_records
+from conveyor.engine.workers.shared_records import RecordSharing, share_records_default
 from conveyor.transport.record_table import RecordTable
 
 N = 50  # SHARE_MIN_RECORDS for these tests

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conveyor._utils.worker import _generate_state
-from conveyor.engine.seeding import numpy_seed_state, seed_torch
+from conveyor.engine.workers.seeding import numpy_seed_state, seed_torch
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**16))

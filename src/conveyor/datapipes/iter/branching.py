@@ -28,7 +28,7 @@ from conveyor.datapipes.base import (
 from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.graph import iter_pipes
 from conveyor.datapipes.utils.common import _check_unpickable_fn
-from conveyor.engine.channel import new_lock
+from conveyor.engine.offload.channel import new_lock
 
 __all__ = ["Branch", "Demultiplexer", "Forker", "detach_branches"]
 

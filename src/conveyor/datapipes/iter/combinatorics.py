@@ -8,6 +8,7 @@ from typing import TypeVar
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, as_iter_pipe
 from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.sampling import Sampler
+from conveyor.datapipes.positions import Position, PositionTable
 from conveyor.datapipes.rng import ShuffleSettings, SplitMix64, draw_seed
 
 __all__ = ["SamplerIterDataPipe", "Shuffler", "ShufflerIterDataPipe"]
@@ -57,27 +58,61 @@ class Shuffler(IterDataPipe[T], ShuffleSettings):
 
 
 class _ShufflerCursor(SourceCursor[T]):
+    """The buffer, and beside it where each buffered item came from when the input can
+    read items again (`conveyor.datapipes.positions`): then the state holds positions,
+    never items, and resuming reads the buffered items again."""
+
     def __init__(self, node: Shuffler[T], state: StateDict | None) -> None:
         super().__init__(node.datapipe, state, "Shuffler")
         self._size = node.buffer_size
         self._rng = SplitMix64(0)
+        self._table: PositionTable | None = None
         if state is not None:
             self._enabled = bool(state["enabled"])
             self._rng.state = int(state["rng"])
-            self._buffer: list[T] = list(state["buffer"])
             self._done = bool(state["done"])
+            self._buffer: list[T] = self._restored_buffer(state)
+            if self._enabled and self._table is None and not self._buffer:
+                self._table = self._new_table()
         else:
             self._enabled = node._enabled
             if self._enabled:
                 self._rng = SplitMix64(node._take_seed())
             self._buffer = []
             self._done = False
+            if self._enabled:
+                self._table = self._new_table()
+
+    def _new_table(self) -> PositionTable | None:
+        """Positions beside the items, when the input can read items again."""
+        return PositionTable(self._size) if self.source.can_reread() else None
+
+    def _restored_buffer(self, state: StateDict) -> list[T]:
+        saved = state.get("positions")
+        if saved is None:
+            return list(state["buffer"])
+        if not self.source.can_reread():
+            raise ValueError(
+                "Shuffler: this state holds the positions of its buffered items, but the "
+                "input here cannot read items again; resume with the same pipeline"
+            )
+        self._table = PositionTable.from_state(saved, self._size)
+        return list(self.source.reread(self._table.positions()))
+
+    def _position(self) -> Position:
+        position = self.source.item_position()
+        if position is None:
+            raise RuntimeError(
+                "Shuffler: the input said it can read items again, but gave "
+                "no position for the item it returned"
+            )
+        return position
 
     def next(self) -> T:
         if not self._enabled:
             value: T = self.source.nonblocking_next()
             return value
-        buffer = self._buffer
+        buffer, table = self._buffer, self._table
         while not self._done:
             try:
                 incoming = self.source.nonblocking_next()
@@ -86,21 +121,29 @@ class _ShufflerCursor(SourceCursor[T]):
                 break
             if len(buffer) < self._size:
                 buffer.append(incoming)
+                if table is not None:
+                    table.append(self._position())
                 continue
             index = self._rng.below(self._size)
             out, buffer[index] = buffer[index], incoming
+            if table is not None:
+                table.replace(index, self._position())
             return out
         if not buffer:
             raise StopIteration
         index = self._rng.below(len(buffer))
         buffer[index], buffer[-1] = buffer[-1], buffer[index]
+        if table is not None:
+            table.swap_pop(index)
         return buffer.pop()
 
     def extra_state(self) -> StateDict:
+        table = self._table
         return {
             "enabled": self._enabled,
             "rng": self._rng.state,
-            "buffer": list(self._buffer),
+            "buffer": None if table is not None else list(self._buffer),
+            "positions": None if table is None else table.state(),
             "done": self._done,
         }
 

@@ -15,7 +15,7 @@ from conveyor.datapipes.base import (
 )
 from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.iter.branching import Demultiplexer, Forker
-from conveyor.engine.channel import Doorbell
+from conveyor.engine.offload.channel import Doorbell
 
 __all__ = [
     "Concater",

@@ -147,6 +147,10 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, IO[Any]]]:
         return _OpenerCursor(self, state)
 
+    def reopen(self, path: str) -> IO[Any]:
+        """Open ``path`` again (to read items at known positions); the caller closes it."""
+        return self._open(path)
+
     def __len__(self) -> int:
         return _length(self, self.length)
 

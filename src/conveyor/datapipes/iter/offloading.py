@@ -1,7 +1,7 @@
 """Running part of a graph elsewhere: ``prefetch`` (a thread) and ``run_in_process``.
 
 Both nodes hold no thread or process themselves: the first pull starts a
-`conveyor.engine.offload` owner that runs the input sub-graph behind a channel, and the
+`conveyor.engine.offload.offload` owner that runs the input sub-graph behind a channel, and the
 node's cursor only sends requests and reads responses, raising `NotAvailable` (with the
 channel's doorbell) while nothing has arrived. Output is identical to running in line.
 
@@ -29,8 +29,9 @@ from conveyor.datapipes.cursor import FRESH_STATE
 from conveyor.datapipes.functional import register_op
 from conveyor.datapipes.graph import iter_pipes
 from conveyor.datapipes.iter.branching import detach_branches
-from conveyor.engine.channel import ChannelClosed
-from conveyor.engine.offload import NEXT, End, Item, ProcessOffload, ThreadOffload
+from conveyor.engine.offload.channel import ChannelClosed
+from conveyor.engine.offload.offload import NEXT, End, Item, ProcessOffload, ThreadOffload
+from conveyor.transport.state_wire import PackedState, unpack_state
 
 __all__ = ["Prefetcher", "ProcessRunner"]
 
@@ -158,7 +159,9 @@ class _OffloadCursor(Cursor[T]):
         if state is not None:
             check_version(state, 1, type(node).__name__)
         self._node = node
-        self._snapshot: StateDict | None = state["source"] if state else None
+        # the sub-graph's latest state: as loaded, or packed by the producer (unpacked only
+        # when this pipe is checkpointed, as a worker's is: engine/offload/offload.py)
+        self._snapshot: StateDict | PackedState | None = state["source"] if state else None
         self._since = int(state["since"]) if state else 0
         self._done = bool(state["done"]) if state else False
         self._offload: ThreadOffload | ProcessOffload | None = None
@@ -169,7 +172,7 @@ class _OffloadCursor(Cursor[T]):
             raise StopIteration
         offload = self._offload
         if offload is None:
-            offload = self._offload = self._node._start(self._snapshot, self._since)
+            offload = self._offload = self._node._start(self._plain_snapshot(), self._since)
         endpoint = offload.endpoint
         try:
             while self._outstanding < self._node.buffer_size:
@@ -197,8 +200,13 @@ class _OffloadCursor(Cursor[T]):
         message.reraise()
         raise AssertionError("unreachable: a Failure always raises")
 
+    def _plain_snapshot(self) -> StateDict | None:
+        snapshot = self._snapshot
+        return unpack_state(snapshot) if isinstance(snapshot, PackedState) else snapshot
+
     def state(self) -> StateDict:
-        source = self._snapshot if self._snapshot is not None else dict(FRESH_STATE)
+        snapshot = self._plain_snapshot()
+        source = snapshot if snapshot is not None else dict(FRESH_STATE)
         return {"version": 1, "source": source, "since": self._since, "done": self._done}
 
     def close(self) -> None:

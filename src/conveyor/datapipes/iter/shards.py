@@ -6,22 +6,26 @@ seed all consumers share, then consumer ``c`` of ``n`` takes shards ``c, c + n, 
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDict, check_version
+from conveyor.datapipes.iter import shard_state
 from conveyor.datapipes.iter.combinatorics import Shuffler
 from conveyor.datapipes.iter.decoding import RoutedDecoder
 from conveyor.datapipes.iter.files import FileOpener
+from conveyor.datapipes.iter.shard_state import is_flat
 from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES, check_shard, combine_groups
 from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
 from conveyor.datapipes.rng import SplitMix64, draw_seed
 from conveyor.distributed import world_and_rank
-from conveyor.engine.worker_info import get_worker_info
+from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.formats.decoders import DecoderRegistry
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
 from conveyor.formats.tar import DEFAULT_MAX_MEMBER_BYTES
+from conveyor.state.elastic import Pending, consumer_progress, fresh_progress, is_elastic
 from conveyor.storage import (
     DEFAULT_BLOCK_BYTES,
     RemoteOptions,
@@ -31,7 +35,7 @@ from conveyor.storage import (
 )
 from conveyor.torch_compat import torch_worker_info
 
-__all__ = ["ShardLister", "TarShards", "consumer_slot"]
+__all__ = ["ShardLister", "ShardURL", "TarShards", "consumer_slot"]
 
 _MIX = 0x9E3779B97F4A7C15
 
@@ -73,7 +77,10 @@ class ShardLister(IterDataPipe[str]):
     objects, unless ``RemoteOptions(read_ahead=0)`` or ``prepare_next=False``), so that a
     shard boundary costs no round trip.
 
-    State: the seed, the consumer split and the index in this consumer's list.
+    State: an elastic progress (`conveyor.state.elastic`): the pass's shard order (its
+    seed), what was left to read when the pass began, this consumer's slot and how many
+    of its shards it has handed out. A progress merged from the checkpoints of another
+    split is split again here (shards begun elsewhere come as `ShardURL` with their start).
     """
 
     def __init__(
@@ -142,63 +149,108 @@ class ShardLister(IterDataPipe[str]):
         return _ShardCursor(self, state)
 
 
+class ShardURL(str):
+    """A shard URL to read from byte ``start`` on: a shard another consumer had begun
+    before the split changed (`conveyor.state.elastic`)."""
+
+    start: int
+
+    def __new__(cls, url: str, start: int) -> Self:
+        shard = super().__new__(cls, url)
+        shard.start = start
+        return shard
+
+    def __getnewargs__(self) -> tuple[str, int]:  # type: ignore[override]
+        return (str(self), self.start)
+
+
+def _identity(urls: Sequence[str], seed: int | None) -> dict[str, Any]:
+    """What a pass's shard order depends on (checked when a state is loaded)."""
+    digest = hashlib.blake2b("\x00".join(urls).encode(), digest_size=8).hexdigest()
+    return {"units": len(urls), "shards": digest, "shuffle": seed is not None, "seed": seed}
+
+
 class _ShardCursor(Cursor[str]):
+    """One consumer's entries of the pending shards (`conveyor.state.elastic.Pending`):
+    ``c, c + n, ...`` of a fresh pass, or of what a merged checkpoint left to read."""
+
     def __init__(self, node: ShardLister, state: StateDict | None) -> None:
         consumers, consumer = node._slot()
         urls = resolve_urls(node.urls, node.storage_options, node.remote)
-        if state is not None:
-            check_version(state, 1, "ShardLister")
-            if (state["consumers"], state["consumer"]) != (consumers, consumer):
-                raise ValueError(
-                    f"ShardLister: the state was taken as consumer {state['consumer']} of "
-                    f"{state['consumers']}, but this is consumer {consumer} of {consumers}; "
-                    "resume with the same number of ranks and workers"
-                )
-            if state["total"] != len(urls):
-                raise ValueError(
-                    f"ShardLister: the state covers {state['total']} shards, but the URLs now "
-                    f"give {len(urls)}; resume over the same shards"
-                )
-            seed: int | None = state["seed"]
-            self._index = int(state["index"])
-        else:
+        if state is None:
             seed = node._pass_seed() if node.shuffle_shards else None
-            self._index = 0
-        if seed is not None:
-            urls = [urls[i] for i in SplitMix64(seed).permutation(len(urls))]
-        if len(urls) < consumers and consumer == 0:
+            base: Any = fresh_progress(_identity(urls, seed))
+            self.index = 0
+        else:
+            base, self.index = _loaded(state, urls, consumers, consumer)
+            seed = base["identity"]["seed"]
+        self._order = SplitMix64(seed).permutation(len(urls)) if seed is not None else None
+        self._urls = urls
+        self._node = node
+        self._base = base
+        self._slot = (consumers, consumer)
+        self._pending = Pending(base, len(urls))
+        self._length = self._pending.share_length(consumer, consumers)
+        if state is None and len(urls) < consumers and consumer == 0:
             warnings.warn(
                 f"ShardLister: {len(urls)} shard(s) for {consumers} consumers (ranks x "
                 f"workers): {consumers - len(urls)} consumer(s) get no data; write at least "
                 "as many shards as ranks x num_workers",
                 stacklevel=4,
             )
-        self._mine = urls[consumer::consumers]
-        self._node = node
-        self._seed = seed
-        self._slot = (consumers, consumer)
-        self._total = len(urls)
+
+    def _entry(self, index: int) -> str:
+        consumers, consumer = self._slot
+        position = self._pending[consumer + index * consumers]
+        url = self._urls[self._order[position] if self._order is not None else position]
+        start = self._pending.offsets.get(position, 0)
+        return ShardURL(url, start) if start else url
 
     def next(self) -> str:
-        if self._index >= len(self._mine):
+        if self.index >= self._length:
             raise StopIteration
-        url = self._mine[self._index]
-        self._index += 1
+        url = self._entry(self.index)
+        self.index += 1
         node = self._node
-        if node.prepare_next and self._index < len(self._mine):
-            prepare_url(self._mine[self._index], node.storage_options, node.remote)
+        if node.prepare_next and self.index < self._length:
+            prepare_url(self._entry(self.index), node.storage_options, node.remote)
         return url
 
     def state(self) -> StateDict:
         consumers, consumer = self._slot
-        return {
-            "version": 1,
-            "seed": self._seed,
-            "consumers": consumers,
-            "consumer": consumer,
-            "total": self._total,
-            "index": self._index,
-        }
+        progress = consumer_progress(self._base, consumers, consumer, self.index, 0)
+        return {"version": 2, "progress": dict(progress)}
+
+
+def _loaded(
+    state: StateDict, urls: list[str], consumers: int, consumer: int
+) -> tuple[Mapping[str, Any], int]:
+    """``(progress to split, entries of this consumer's share done)`` of a loaded state."""
+    check_version(state, 2, "ShardLister")
+    progress = state["progress"]
+    if not is_elastic(progress):
+        raise ValueError("ShardLister: the state's progress is no elastic progress")
+    saved = progress["identity"]
+    if saved.get("units") != len(urls):
+        raise ValueError(
+            f"ShardLister: the state covers {saved.get('units')} shards, but the URLs now "
+            f"give {len(urls)}; resume over the same shards"
+        )
+    if saved.get("shards") != _identity(urls, None)["shards"]:
+        raise ValueError(
+            "ShardLister: the state was taken over other shard URLs (or another order of "
+            "them); resume over the same shards"
+        )
+    if "consumers" not in progress:  # a merged progress: this consumer takes its share
+        return progress, 0
+    if (progress["consumers"], progress["consumer"]) != (consumers, consumer):
+        raise ValueError(
+            f"ShardLister: the state was taken as consumer {progress['consumer']} of "
+            f"{progress['consumers']}, but this is consumer {consumer} of {consumers}; "
+            "resume with the same number of ranks and workers, or read through TarShards "
+            "in a DataLoader, which splits the rest again"
+        )
+    return progress, int(progress["index"])
 
 
 class TarShards(IterDataPipe[dict[str, Any]]):
@@ -229,8 +281,10 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         remote: timeouts and retries of remote reads (`RemoteOptions`; default: from the
             ``CONVEYOR_REMOTE_*`` environment variables, else its defaults).
 
-    State: shard index and member offset (resume without replay) plus the shuffle buffer
-    (raw encoded samples) when shuffling.
+    State: one flat, elastic progress (`conveyor.datapipes.iter.shard_state`): the
+    shards done and begun, the byte offset of the next sample in the current one, and the
+    shuffle buffer as the positions of its samples (re-read on resume: about 5.4 bytes a
+    sample). A DataLoader resumes it on any number of workers, worker kind and world size.
     """
 
     def __init__(
@@ -271,7 +325,8 @@ class TarShards(IterDataPipe[dict[str, Any]]):
         )
         samples: IterDataPipe[Any] = WebDataset(members, on_error=self.errors)
         samples = _EndBeforeError(samples, self.errors)
-        samples = Shuffler(samples, buffer_size=shuffle_buffer).set_shuffle(shuffle)
+        self.shuffler = samples = Shuffler(samples, buffer_size=shuffle_buffer)
+        samples.set_shuffle(shuffle)
         if decode is not None:
             registry = decode if isinstance(decode, DecoderRegistry) else DecoderRegistry(decode)
             samples = RoutedDecoder(samples, registry=registry, on_error=self.errors)
@@ -280,14 +335,39 @@ class TarShards(IterDataPipe[dict[str, Any]]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
         return _PassCursor(self, state)
 
+    def checkpoint_identity(self) -> str:
+        """Which data a checkpoint of this pipe is about: its shard URLs (as given)."""
+        return "TarShards:" + str(_identity(self.shards.urls, None)["shards"])
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state``: this pipe's own, or a progress merged from several
+        consumers' (`conveyor.merge_checkpoints`), which this consumer splits again."""
+        if is_flat(state) and "version" not in state:
+            state = {**state, "version": shard_state.STATE_VERSION}
+        super().load_state_dict(state)
+
 
 class _PassCursor(SourceCursor[Any]):
-    """The pass's output; raises the error `_EndBeforeError` kept, once all is delivered."""
+    """The pass's output; raises the error `_EndBeforeError` kept, once all is delivered.
+
+    Its state is the flat elastic one of `shard_state` (any topology resumes it)."""
 
     def __init__(self, node: TarShards, state: StateDict | None) -> None:
         node.errors.deferred = None
-        super().__init__(node.datapipe, state, "TarShards")
+        self._decoded = node.datapipe is not node.shuffler
+        nested = None
+        if state is not None:
+            check_version(state, shard_state.STATE_VERSION, "TarShards")
+            slot = node.shards._slot()
+            chain = shard_state.unflatten(state, slot, self._decoded, node.shuffler._enabled)
+            nested = {"version": 1, "source": chain}
+        super().__init__(node.datapipe, nested, "TarShards")
         self._policy = node.errors
+        self._lister = node.shards
+
+    def state(self) -> StateDict:
+        nested = self.source.state_dict()
+        return shard_state.flatten(nested, self._decoded, self._lister.state_dict())
 
     def next(self) -> Any:
         try:
@@ -310,6 +390,12 @@ class _EndBeforeError(IterDataPipe[Any]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[Any]:
         return _EndBeforeErrorCursor(self, state)
 
+    def can_reread(self) -> bool:
+        return self.datapipe.can_reread()
+
+    def reread(self, positions: Sequence[tuple[str, int]]) -> list[Any]:
+        return self.datapipe.reread(positions)
+
 
 class _EndBeforeErrorCursor(SourceCursor[Any]):
     def __init__(self, node: _EndBeforeError, state: StateDict | None) -> None:
@@ -326,3 +412,6 @@ class _EndBeforeErrorCursor(SourceCursor[Any]):
             self._ended = True
             self._policy.deferred = error
             raise StopIteration from None
+
+    def item_position(self) -> tuple[str, int] | None:
+        return self.source.item_position()

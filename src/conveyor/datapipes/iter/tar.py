@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator, Sequence
 from typing import IO, Any, Self
 
 from conveyor.datapipes.base import Cursor, IterDataPipe, StateDict, check_version, sub_state
 from conveyor.datapipes.iter.expanding import ExpandingCursor, Expansion, register_functional
+from conveyor.datapipes.iter.files import FileOpener
 from conveyor.formats.errors import ErrorPolicy, OnError, SampleError, as_policy
 from conveyor.formats.grouping import SampleBuilder, split_name
 from conveyor.formats.loss_estimates import Loss
@@ -34,19 +36,22 @@ _ARCHIVE_SUFFIXES = (".tar/", ".tar.gz/", ".tgz/")
 
 
 class TarMemberPath(str):
-    """``"<archive url>/<member name>"`` (torch's path form), remembering both parts."""
+    """``"<archive url>/<member name>"`` (torch's path form), remembering both parts and
+    the byte ``offset`` of the member's first header (-1 when unknown)."""
 
     url: str
     member: str
+    offset: int
 
-    def __new__(cls, url: str, member: str) -> Self:
+    def __new__(cls, url: str, member: str, offset: int = -1) -> Self:
         path = super().__new__(cls, f"{url}/{member}")
         path.url = url
         path.member = member
+        path.offset = offset
         return path
 
-    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
-        return (self.url, self.member)
+    def __getnewargs__(self) -> tuple[str, str, int]:  # type: ignore[override]
+        return (self.url, self.member, self.offset)
 
 
 def split_member_path(path: str) -> tuple[str, str]:
@@ -108,6 +113,27 @@ class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, Any]]:
         return _TarCursor(self, state)
 
+    def can_reread(self) -> bool:
+        """Members can be read again when this node opens the archives itself."""
+        return isinstance(self.datapipe, FileOpener) and "b" in self.datapipe.mode
+
+    def reread_members(self, url: str, offsets: Sequence[int]) -> Iterator[Iterator[Any]]:
+        """For each of ``offsets`` (ascending) of archive ``url``: its ``(path, data)``
+        members from there on, read through one opened stream (closed at the end)."""
+        assert isinstance(self.datapipe, FileOpener)
+        raw = self.datapipe.reopen(url)
+        try:
+            stream = open_archive(raw, url)
+            for offset in offsets:
+                members = read_members(stream, url, offset, self.max_member_bytes)
+                yield (self._output(url, member) for member in members if not member.refused)
+        finally:
+            raw.close()
+
+    def _output(self, url: str, member: TarMember) -> tuple[TarMemberPath, Any]:
+        data = io.BytesIO(member.data) if self.stream else member.data
+        return TarMemberPath(url, member.name, member.offset), data
+
     def __len__(self) -> int:
         if self.length >= 0:
             return self.length
@@ -117,11 +143,13 @@ class TarArchiveLoader(IterDataPipe[tuple[str, Any]]):
 class _TarCursor(ExpandingCursor[tuple[str, Any]]):
     def __init__(self, node: TarArchiveLoader, state: StateDict | None) -> None:
         super().__init__(node.datapipe, state, "TarArchiveLoader", node.policy)
-        self._as_stream = node.stream
+        self._node = node
         self._max_member_bytes = node.max_member_bytes
 
     def expand(self, item: Any, position: Any) -> Expansion[tuple[str, Any]]:
         url, raw = item
+        if position is None:  # a shard begun by another consumer starts where it stopped
+            position = getattr(url, "start", 0)
         url = str(url)
         self.policy.cut_short.discard(url)
         progress = ShardProgress(url, int(position or 0), self.policy.history)
@@ -133,8 +161,7 @@ class _TarCursor(ExpandingCursor[tuple[str, Any]]):
                 if member.refused:
                     self._refuse(url, member)
                     continue
-                data = io.BytesIO(member.data) if self._as_stream else member.data
-                yield (TarMemberPath(url, member.name), data), member.end
+                yield self._node._output(url, member), member.end
         except SampleError as error:
             counted = self._counted(error, progress, raw, stream)
             if counted is error:
@@ -230,6 +257,39 @@ class WebDataset(IterDataPipe[dict[str, Any]]):
     def _make_cursor(self, state: StateDict | None) -> Cursor[dict[str, Any]]:
         return _GroupCursor(self, state)
 
+    def can_reread(self) -> bool:
+        """A sample is read again from ``(archive url, offset of its first member)``."""
+        source = self.source_datapipe
+        return isinstance(source, TarArchiveLoader) and source.can_reread()
+
+    def reread(self, positions: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+        """The samples at ``positions``: each archive opened once, read in offset order."""
+        source = self.source_datapipe
+        assert isinstance(source, TarArchiveLoader)
+        found: dict[tuple[str, int], dict[str, Any]] = {}
+        by_url: dict[str, list[int]] = {}
+        for url, offset in positions:
+            by_url.setdefault(url, []).append(offset)
+        for url, offsets in by_url.items():
+            ordered = sorted(set(offsets))
+            for offset, members in zip(ordered, source.reread_members(url, ordered), strict=True):
+                found[(url, offset)] = _first_sample(members, url, offset)
+        return [dict(found[(url, offset)]) for url, offset in positions]
+
+
+def _first_sample(members: Iterator[tuple[str, Any]], url: str, offset: int) -> dict[str, Any]:
+    """The sample whose first member starts at ``offset`` (a changed archive: SampleError)."""
+    builder = SampleBuilder()
+    for path, data in members:
+        _, member = split_member_path(path)
+        finished = builder.add(url, member, data)
+        if finished is not None:
+            return finished
+    last = builder.flush()
+    if last is None:
+        raise TarReadError("no sample at this offset any more (was it rewritten?)", url, "", offset)
+    return last
+
 
 class _GroupCursor(Cursor[dict[str, Any]]):
     def __init__(self, node: WebDataset, state: StateDict | None) -> None:
@@ -241,6 +301,8 @@ class _GroupCursor(Cursor[dict[str, Any]]):
         self.source._restart(sub_state(state, "source"))
         self._start: StateDict | None = None  # input state before the sample in progress
         self._error: SampleError | None = None  # raised after the sample delivered before it
+        self._current_at: tuple[str, int] | None = None  # position of the sample in progress
+        self._returned_at: tuple[str, int] | None = None  # position of the last sample returned
 
     def next(self) -> dict[str, Any]:
         if self._error is not None:
@@ -263,9 +325,10 @@ class _GroupCursor(Cursor[dict[str, Any]]):
                     self.policy.end_of_stream()
                     raise
                 self.policy.passed("WebDataset")
+                self._returned_at = self._current_at
                 return last
             url, member = split_member_path(path)
-            started = builder.current
+            started, began_at = builder.current, self._current_at
             try:
                 finished = builder.add(url, member, data)
             except SampleError as error:
@@ -273,9 +336,11 @@ class _GroupCursor(Cursor[dict[str, Any]]):
                 continue
             if builder.current is not None and builder.current is not started:
                 self._start = before  # resuming re-reads the member that began this sample
+                self._current_at = _position_of(path)
             finished = self._complete(finished)
             if finished is not None:
                 self.policy.passed("WebDataset")
+                self._returned_at = began_at
                 return finished
 
     def _finished_before(self, error: SampleError) -> dict[str, Any] | None:
@@ -289,7 +354,11 @@ class _GroupCursor(Cursor[dict[str, Any]]):
             return None
         self._builder.flush()
         self.policy.passed("WebDataset")
+        self._returned_at = self._current_at
         return current
+
+    def item_position(self) -> tuple[str, int] | None:
+        return self._returned_at
 
     def _complete(self, sample: dict[str, Any] | None) -> dict[str, Any] | None:
         """``sample``, unless it is the last one of a shard that was cut short, or lost a
@@ -314,6 +383,11 @@ class _GroupCursor(Cursor[dict[str, Any]]):
     def close(self) -> None:
         self._builder.flush()
         self.source.close()
+
+
+def _position_of(path: str) -> tuple[str, int] | None:
+    offset = getattr(path, "offset", -1)
+    return (path.url, offset) if isinstance(path, TarMemberPath) and offset >= 0 else None
 
 
 register_functional("load_from_tar", TarArchiveLoader)

@@ -1,0 +1,1 @@
+"""How each kind of data keeps, ships and resumes its place in an epoch."""

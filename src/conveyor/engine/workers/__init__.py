@@ -1,0 +1,1 @@
+"""The workers: their kinds, pools, loop, messages, seeding and shutdown."""
