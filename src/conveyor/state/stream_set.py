@@ -19,9 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conveyor.state.elastic import ELASTIC_VERSION, Progress, merge
+from conveyor.state.elastic import ELASTIC_VERSION, Progress, check_progress, merge
 
-__all__ = ["is_stream_set", "merge_any", "merge_stream_set", "stream_progress"]
+__all__ = [
+    "check_stream_set",
+    "is_stream_set",
+    "merge_any",
+    "merge_stream_set",
+    "stream_progress",
+]
 
 
 def is_stream_set(state: object) -> bool:
@@ -30,6 +36,43 @@ def is_stream_set(state: object) -> bool:
         and state.get("elastic") == ELASTIC_VERSION
         and ("streams" in state)
     )
+
+
+def check_stream_set(state: Mapping[str, Any]) -> None:
+    """TypeError / ValueError naming the field when a stream set is damaged: each stream's
+    entry is checked as the elastic progress it stands for, its values as they are (no
+    conversion that would let a float or a string pass as a count)."""
+    streams = state.get("streams")
+    if not isinstance(streams, Mapping) or not streams:
+        raise TypeError("progress field streams is no dict of named streams")
+    width = 6 if "consumers" in state else 4
+    for name, entry in streams.items():
+        where = f"streams[{name!r}]"
+        if not isinstance(name, str):
+            raise TypeError(f"progress field {where}: a stream's name is no str")
+        if not isinstance(entry, list) or len(entry) != width:
+            raise ValueError(f"progress field {where} is no list of {width} values")
+        progress: dict[str, Any] = {
+            "elastic": ELASTIC_VERSION,
+            "identity": {"units": entry[0]},
+            "below": entry[1],
+            "done": entry[2],
+            "partial": entry[3],
+        }
+        if width == 6:
+            progress.update(
+                consumers=state["consumers"],
+                consumer=state.get("consumer"),
+                index=entry[4],
+                offset=entry[5],
+            )
+        try:
+            check_progress(progress)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+    shared = state.get("shared")
+    if shared is not None and not isinstance(shared, Mapping):
+        raise TypeError("progress field shared is no dict")
 
 
 def merge_any(states: Sequence[Mapping[str, Any] | None]) -> Any:

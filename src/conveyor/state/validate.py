@@ -18,6 +18,7 @@ import torch
 
 from conveyor.state.certificate import Certificate
 from conveyor.state.elastic import check_progress, is_elastic
+from conveyor.state.stream_set import check_stream_set, is_stream_set
 
 __all__ = ["check_loader_state"]
 
@@ -143,7 +144,10 @@ def _topology(value: Any, path: str) -> None:
 def _progress(value: Any, path: str) -> None:
     """An elastic progress (a merged one, a Mixture's placed state is checked by Mixture)."""
     try:
-        check_progress(value)
+        if is_stream_set(value):
+            check_stream_set(value)  # several named streams (PackedText)
+        else:
+            check_progress(value)
     except (TypeError, ValueError) as error:
         raise type(error)(f"DataLoader.load_state_dict: checkpoint field {path}: {error}") from None
 

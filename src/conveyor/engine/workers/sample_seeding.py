@@ -89,10 +89,17 @@ def _mix(*parts: int) -> int:
 
 
 def sample_generators(identity: Any = None) -> SampleGenerators:
-    """Generators for the sample being loaded, seeded from ``(sample_seed, epoch, identity)``.
+    """Generators for the sample being loaded, seeded from ``(sample_seed, epoch, identity)``:
+    draw a sample's augmentations from them and they are the same in every run, on any
+    worker count or kind, resumed or not.
 
-    ``identity``: the sample's own (a key, a path); by default the index a map-style
-    dataset is being asked for. RuntimeError outside a loader built with ``sample_seed``.
+    Args:
+        identity: the sample's own (a key, a path); by default the index a map-style
+            dataset is being asked for.
+
+    Raises:
+        RuntimeError: outside a loader built with ``sample_seed``, or in a stream without
+            an ``identity``.
     """
     context = _context
     if context.seed is None:
