@@ -345,7 +345,7 @@ class DataLoader(TorchDataLoader[T_co]):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
         # Dataset never needs (`import conveyor` time, S4).
-        from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
+        from conveyor.datapipes.loading import list_once, prepare_graph, warn_if_unsharded
         from conveyor.datapipes.profiling import StageTimers
 
         world_size, rank = world_and_rank()
@@ -353,6 +353,7 @@ class DataLoader(TorchDataLoader[T_co]):
             self._warned_unsharded = True
             warn_if_unsharded(dataset, max(1, self.num_workers) * world_size)
         collectives = self._collectives
+        list_once(dataset, collectives.share_text)  # here, before any worker starts
 
         def draw_shared_seed(generator: torch.Generator | None) -> int:
             return collectives.agree_seed(draw_base_seed(generator))

@@ -12,6 +12,7 @@ from conveyor.engine.pin_thread import warn_unpinnable
 from conveyor.engine.placed import PlacedRun, is_placed
 from conveyor.engine.plan import LoadPlan
 from conveyor.engine.rank_resume import apply_replica_resume, distributed_sampler, replica_state
+from conveyor.engine.request_deltas import take_request_counts
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.skips import SkipLog
 from conveyor.formats.skips import SkipRecord
@@ -289,12 +290,14 @@ class LoaderIterator:
             else:
                 data = self._next_data_in_step(all_ranks_have)
         except StopIteration:
+            clock.requests += take_request_counts()
             if not self.finished:
                 self.finished = True
                 self._skips.report()
                 self._keep_stream_end()
             raise
         clock.leave(entered, self._batch_samples)
+        clock.requests += take_request_counts()  # this process's: listing, thread workers
         self._num_yielded += 1
         if self._data.iterable_style:
             self._check_len_hint()

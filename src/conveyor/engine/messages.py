@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from conveyor.formats.skips import SkipRecord
+from conveyor.stats.requests import RequestCounts
 
 __all__ = [
     "END",
@@ -83,6 +84,7 @@ class BatchInfo(NamedTuple):
     skips: Skips  # samples dropped by on_error="skip"
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
     samples: int = 0  # samples in the batch
+    requests: RequestCounts | None = None  # remote requests made since the last reply
 
 
 class Reply(NamedTuple):

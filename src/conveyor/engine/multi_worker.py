@@ -246,6 +246,8 @@ class MultiWorkerIterator(LoaderIterator):
         info = reply.info
         if info is not None:
             self.clock.worker_did(worker_id, info.busy_s)
+            if info.requests:
+                self.clock.requests += info.requests
             self._record_skips(info.skips)
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages

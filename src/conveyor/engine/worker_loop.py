@@ -24,6 +24,7 @@ from conveyor.engine.messages import (
 )
 from conveyor.engine.placed import is_placed, place
 from conveyor.engine.remote_error import RemoteError
+from conveyor.engine.request_deltas import take_request_counts
 from conveyor.engine.seeding import numpy_seed_state
 from conveyor.engine.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.worker_kind import WorkerSetup
@@ -128,7 +129,8 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
         state = _stream_state(fetcher) if stateful else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
-        info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count)
+        requests = take_request_counts()
+        info = BatchInfo(busy, state, fetcher.take_skips(), stages, fetcher.last_count, requests)
         return Reply(task.task_id, msg.OK, data, info)
     except BatchSkipped:
         info = BatchInfo(time.perf_counter() - started, None, fetcher.take_skips(), None)
@@ -138,6 +140,7 @@ def _answer(task: Task, fetcher: Fetcher, stateful: bool, timers: _Timers, where
         # a stream's state after its end goes with END: a dataset may count its epochs
         state = _stream_state(fetcher) if stateful else None
         info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), None)
+        info = info._replace(requests=take_request_counts())
         if isinstance(fetcher, IterableFetcher):
             return Reply(task.task_id, msg.END, None, info)
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from conveyor.stats.requests import RequestCounts
+
 if TYPE_CHECKING:
     from conveyor.stats.report import LoaderStats, StageProfile
 
@@ -32,6 +34,7 @@ class StepClock:
         "batches",
         "bytes_moved",
         "compute_s",
+        "requests",
         "samples",
         "skipped",
         "stage_source",
@@ -55,6 +58,7 @@ class StepClock:
         self.startup_s = 0.0
         self.worker_stages: dict[int, tuple[StageProfile, ...]] = {}  # latest, per worker
         self.stage_source: Callable[[], tuple[StageProfile, ...]] | None = None
+        self.requests = RequestCounts()  # remote requests of the epoch, every process's
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -101,6 +105,7 @@ class StepClock:
             bytes_moved=self.bytes_moved,
             startup_s=self.startup_s,
             stages=self._stages(),
+            requests=self.requests,
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:
