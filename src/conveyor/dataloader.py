@@ -22,6 +22,7 @@ from conveyor.engine.base_iterator import LoaderIterator
 from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
 from conveyor.engine.plan import EpochHooks, LoadPlan
+from conveyor.engine.request_deltas import take_request_counts
 from conveyor.engine.seeding import draw_base_seed
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
@@ -386,6 +387,7 @@ class DataLoader(TorchDataLoader[T_co]):
         return MultiWorkerIterator(plan, len_hint, resume)
 
     def __iter__(self) -> LoaderIterator:
+        take_request_counts()  # this epoch's stats count this epoch's remote requests
         if not (self.persistent_workers and self.num_workers > 0):
             iterator = self._get_iterator()
         elif isinstance(self._iterator, MultiWorkerIterator) and self._resume is None:

@@ -10,29 +10,37 @@ report, and ``loader.stats()`` counts each request once.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from conveyor.stats.requests import RequestCounts
-from conveyor.storage import request_counts
 
 __all__ = ["take_request_counts"]
 
 _lock = threading.Lock()
-_reported = request_counts()
+_reported = RequestCounts()
+
+
+def _totals() -> RequestCounts:
+    """The process's totals; none while `conveyor.storage` was never imported (then no
+    remote request was made, and ``import conveyor`` stays without it)."""
+    tally = sys.modules.get("conveyor.storage.request_tally")
+    return RequestCounts() if tally is None else tally.request_counts()
 
 
 def take_request_counts() -> RequestCounts:
     """This process's requests since the previous call (from any thread)."""
     global _reported
     with _lock:
-        now = request_counts()
+        now = _totals()
         taken, _reported = now - _reported, now
     return taken
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _reported
     _lock = threading.Lock()  # another thread may have held it at the fork
+    _reported = _totals()  # the parent's requests are the parent's to report
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -50,9 +50,10 @@ class RangeSource(Protocol):
         ``start`` of the answer is 0); a range past the end gives an empty answer."""
         ...
 
-    async def aread(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
-        """At least ``at_least`` more bytes of the answer unless it ends or fails first,
-        and the error that stopped it (bytes read before an error are returned with it)."""
+    async def aread(self, answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
+        """The next bytes of the answer as soon as some have arrived (at most ``at_most``;
+        b"" at its end), or the error that stopped it: so the reader learns of every byte
+        when it comes, and a stall is timed from the last one."""
         ...
 
     async def arelease(self, handle: Any) -> None:

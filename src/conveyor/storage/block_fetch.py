@@ -34,11 +34,12 @@ from conveyor.storage.retry import RemoteReadError, RetryRun, classify_failure
 __all__ = ["PIECE_BYTES", "Block", "BlockJob", "fetch_block"]
 
 PIECE_BYTES = 1 << 20
-"""Bytes received before they are handed to the reader (fewer at a block's end)."""
+"""The most bytes taken from an answer at once (what has arrived, up to this)."""
 
 
 class Block:
-    """Bytes ``[start, end)`` of one object, arriving in pieces (fewer at the object's end).
+    """Bytes ``[start, end)`` of one object, arriving in pieces as the answer's body comes
+    in (fewer bytes at the object's end).
 
     Written by the event loop (`publish`, `finish`, `fail`), read by one consumer thread
     (`wait_for`, ``pieces``). Each change resolves the future the consumer may be waiting
@@ -55,6 +56,8 @@ class Block:
         self.error: BaseException | None = None
         self.task: Future[None] | None = None
         self._news: Future[None] = Future()
+        self._piece = 0  # the consumer's place: piece index, and that piece's offset
+        self._piece_at = 0
 
     @property
     def complete(self) -> bool:
@@ -88,6 +91,22 @@ class Block:
             waited = True
             news.result(timeout)
 
+    def slice(self, offset: int, limit: int) -> bytes:
+        """Up to ``limit`` received bytes from ``offset`` (within one piece; b"" if none).
+        Sequential reads find their piece at once (the consumer's place is kept)."""
+        if offset < self._piece_at:
+            self._piece = self._piece_at = 0
+        pieces = self.pieces
+        while self._piece < len(pieces):
+            piece = pieces[self._piece]
+            start = offset - self._piece_at
+            if start < len(piece):
+                end = len(piece) if limit < 0 else min(len(piece), start + limit)
+                return piece if start == 0 and end == len(piece) else piece[start:end]
+            self._piece_at += len(piece)
+            self._piece += 1
+        return b""
+
     def cancel(self) -> None:
         """Stop fetching (on the loop, soon): its request is cancelled, its answer closed."""
         task = self.task
@@ -115,8 +134,8 @@ async def fetch_block(job: BlockJob) -> None:
     try:
         if job.gate is not None:  # its outcome is not ours: only wait for it
             await asyncio.wait([asyncio.wrap_future(job.gate)])
-        if not job.lead and not job.sized.done():
-            await asyncio.wrap_future(job.sized)  # nothing is asked past the object's end
+        if not job.lead:  # nothing is asked past the end, or of an object that failed
+            await asyncio.wrap_future(job.sized)
         await _connected(job.source)
         await _fetch(job)
     except BaseException as error:

@@ -5,8 +5,11 @@ shard started early) share a host. When it throttles (429, ``SlowDown``), asking
 the same concurrency only earns more throttles: the limit halves (once per round of
 requests: throttles of requests sent before the last cut do not cut again), then grows
 back by one request for each limit's worth of answers that came through (additive
-increase, multiplicative decrease, as TCP does with its window). Requests over the limit
-wait, in order, for a slot.
+increase, multiplicative decrease, as TCP does with its window), but only while the limit
+is what holds the readers back, and only up to one below the level that was throttled.
+There it stays until ``PROBE_ANSWERS`` answers came through, then tries one more: a store
+with a fixed capacity is then throttled about once per ``PROBE_ANSWERS`` requests, not at
+every step of a saw-tooth. Requests over the limit wait, in order, for a slot.
 
 Everything here runs on the event loop that fetches (fsspec's ``fs.loop``): the state is
 per loop and host, and only touched from that loop's thread, so it needs no lock.
@@ -27,6 +30,8 @@ HOST_CONCURRENCY = 64
 """Requests in flight to one host before it ever throttled (and the most the limit grows
 back to): more than a process's readers ask for on a healthy store, so it only binds once
 the store has said to slow down."""
+PROBE_ANSWERS = 64
+"""Answers at the level below the last throttle before one more request is tried."""
 
 _limits: dict[tuple[int, str], HostLimit] = {}
 
@@ -52,6 +57,8 @@ class HostLimit:
         self.throttles = 0
         self.cuts = 0
         self._cut_at = float("-inf")  # when the limit was last cut (monotonic)
+        self._safe = float(most)  # one below the level that was last throttled
+        self._at_safe = 0  # answers while held at that level
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
@@ -106,19 +113,32 @@ class HostLimit:
             waiter.set_result(None)
 
     def throttled(self, sent_at: float) -> None:
-        """A request sent at ``sent_at`` was throttled: halve the limit, once per round."""
+        """A request sent at ``sent_at`` (its place given back already) was throttled:
+        halve the limit, once per round."""
         self.throttles += 1
         if sent_at <= self._cut_at:
             return  # sent before the last cut: that cut already answered this congestion
         self._cut_at = time.monotonic()
         self.cuts += 1
-        self.limit = max(1.0, min(self.limit, float(self.in_flight)) / 2)
+        too_many = min(self.limit, float(self.in_flight + 1))
+        self._safe = max(1.0, too_many - 1)
+        self._at_safe = 0
+        self.limit = max(1.0, too_many / 2)
 
     def answered(self) -> None:
-        """A request was answered (not throttled): grow by one per limit's worth."""
-        if self.limit < self.most:
-            self.limit = min(float(self.most), self.limit + 1.0 / self.limit)
-            self._wake()
+        """A request (still holding its place) was answered, not throttled: grow by one per
+        limit's worth of answers, if the limit is what holds the readers back."""
+        if self.limit >= self.most or (self.in_flight < self.allowed and not self._waiting):
+            return
+        if self.limit < self._safe:
+            self.limit = min(self._safe, self.limit + 1.0 / self.limit)
+        else:
+            self._at_safe += 1
+            if self._at_safe < PROBE_ANSWERS:
+                return
+            self._at_safe = 0
+            self._safe = self.limit = min(float(self.most), self.limit + 1)
+        self._wake()
 
     def describe(self) -> dict[str, Any]:
         return {"host": self.host, "limit": self.allowed, "in_flight": self.in_flight,

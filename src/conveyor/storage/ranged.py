@@ -164,7 +164,7 @@ class RangedReader(io.RawIOBase):
         self._wait(block, offset)
         if block.received <= offset:  # the block ended before: the object ends there
             return b""
-        data = _slice(block.pieces, offset, limit)
+        data = block.slice(offset, limit)
         self._position += len(data)
         if self._position >= block.end:
             self._narrow = False
@@ -270,16 +270,6 @@ class RangedReader(io.RawIOBase):
             self._blocks = {}
         finally:
             super().close()
-
-
-def _slice(pieces: list[bytes], offset: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes from ``offset`` of the concatenated ``pieces`` (one piece)."""
-    for piece in pieces:
-        if offset < len(piece):
-            end = len(piece) if limit < 0 else min(len(piece), offset + limit)
-            return piece if offset == 0 and end == len(piece) else piece[offset:end]
-        offset -= len(piece)
-    return b""
 
 
 def _as_read_error(error: BaseException, url: str) -> BaseException:

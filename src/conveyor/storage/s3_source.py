@@ -132,21 +132,13 @@ class S3Source:
         return Answer(response["Body"], 0, length, length, *version)
 
     @staticmethod
-    async def aread(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+    async def aread(answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
         if answer.handle is None:
             return b"", None
-        parts: list[bytes] = []
-        got = 0
-        try:
-            while got < at_least:
-                chunk = await answer.handle.read(at_least - got)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                got += len(chunk)
-        except Exception as error:  # returned with the bytes that did arrive
-            return b"".join(parts), error
-        return b"".join(parts), None
+        try:  # what has arrived, up to at_most (waiting only while nothing has)
+            return await answer.handle.read(at_most), None
+        except Exception as error:
+            return b"", error
 
     @staticmethod
     async def arelease(body: Any) -> None:

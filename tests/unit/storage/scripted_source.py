@@ -88,11 +88,11 @@ class ScriptedSource:
         self.open_answers += 1
         return Answer({"at": start, "end": end, "cut": cut}, start, end, size, '"etag"')
 
-    async def aread(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+    async def aread(self, answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
         body = answer.handle
         if body is None:
             return b"", None
-        stop = min(body["end"], body["at"] + at_least)
+        stop = min(body["end"], body["at"] + at_most)
         if body["cut"] is not None and stop >= body["cut"]:
             data = self.data[body["at"] : body["cut"]]
             body["at"] = body["cut"]

@@ -15,7 +15,7 @@ from scripted_source import FAST, Late, ScriptedSource, throttle
 
 from conveyor.storage import RangedReader, RemoteOptions, RemoteReadError, request_counts
 from conveyor.storage.hedging import MIN_SAMPLES, hedge_stats
-from conveyor.storage.host_limits import HostLimit, host_limit
+from conveyor.storage.host_limits import PROBE_ANSWERS, HostLimit, host_limit
 from conveyor.storage.http_source import status_failure
 from conveyor.storage.retry import Failure, RetryRun, retry_after_s
 
@@ -87,26 +87,32 @@ def _on_loop(coroutine: object) -> object:
     return fsspec.asyn.sync(fsspec.asyn.get_loop(), lambda: coroutine)
 
 
-def test_the_host_limit_halves_once_per_round_and_grows_back_by_one_per_round() -> None:
+def test_the_host_limit_halves_then_grows_back_below_the_throttled_level_then_probes() -> None:
     limit = HostLimit("h", most=16)
 
     async def scenario() -> list[float]:
         seen = []
-        async with limit.slot() as first_sent, limit.slot(), limit.slot(), limit.slot():
-            limit.throttled(first_sent)  # 4 in flight: the limit becomes 2
+        async with limit.slot() as first_sent, limit.slot(), limit.slot():
+            async with limit.slot():
+                pass  # this one was throttled: its place is given back first
+            limit.throttled(first_sent)  # 4 were in flight: limit 2, at most 3 again
             seen.append(limit.limit)
             limit.throttled(first_sent)  # sent before that cut: no second cut
             seen.append(limit.limit)
-        async with limit.slot() as later:
-            limit.throttled(later)  # a new round: 2 -> 1
+            limit.answered()  # 3 in flight, over the limit of 2: it binds, so it grows
             seen.append(limit.limit)
-        for _ in range(3):  # +1/limit per answer: +1 per limit's worth of answers
-            limit.answered()
+            for _ in range(5):
+                limit.answered()
+            seen.append(limit.limit)  # up to 3 (one below the throttled 4), no further
+            for _ in range(PROBE_ANSWERS):
+                limit.answered()
+            seen.append(limit.limit)  # then one probe: 4
+        limit.answered()  # nothing in flight: the limit is not binding, it does not grow
         seen.append(limit.limit)
         return seen
 
-    assert _on_loop(scenario()) == [2.0, 2.0, 1.0, pytest.approx(1 + 1 + 1 / 2 + 1 / 2.5)]
-    assert limit.throttles == 3 and limit.cuts == 2
+    assert _on_loop(scenario()) == [2.0, 2.0, 2.5, 3.0, 4.0, 4.0]
+    assert limit.throttles == 2 and limit.cuts == 1
 
 
 def test_requests_over_the_limit_wait_for_a_slot_in_order() -> None:
