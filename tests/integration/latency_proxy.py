@@ -60,6 +60,7 @@ class LinkSettings:
     burst: int = 256 << 10
     shared: bool = False
     requests_per_s: float | None = None  # above it: 429/503 answered by the proxy
+    burst_requests: float | None = None  # the bucket (default: one second's requests)
     throttle_status: int = 429  # or 503 (S3 SlowDown)
     retry_after: str = "seconds"  # or "date", "none"
     retry_after_s: int = 1
@@ -71,6 +72,7 @@ class LinkSettings:
     def rules(self, log: IO[str] | None = None) -> RequestRules:
         return RequestRules(
             self.requests_per_s,
+            self.burst_requests,
             throttle_status=self.throttle_status,
             retry_after=self.retry_after,
             retry_after_s=self.retry_after_s,
@@ -285,6 +287,8 @@ def _shaping_arguments(settings: LinkSettings) -> list[str]:
     if settings.requests_per_s:
         arguments += ["--requests-per-s", str(settings.requests_per_s)]
         arguments += ["--throttle-status", str(settings.throttle_status)]
+        if settings.burst_requests is not None:
+            arguments += ["--burst-requests", str(settings.burst_requests)]
         arguments += ["--retry-after", settings.retry_after]
         arguments += ["--retry-after-s", str(settings.retry_after_s)]
     if settings.slow_fraction:
@@ -309,6 +313,7 @@ async def _main(args: argparse.Namespace) -> None:
         burst=args.burst,
         shared=args.shared,
         requests_per_s=args.requests_per_s,
+        burst_requests=args.burst_requests,
         throttle_status=args.throttle_status,
         retry_after=args.retry_after,
         retry_after_s=args.retry_after_s,
@@ -340,6 +345,7 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=int, default=LinkSettings.burst)
     parser.add_argument("--shared", action="store_true", help="one bucket for all connections")
     parser.add_argument("--requests-per-s", type=float, default=None)
+    parser.add_argument("--burst-requests", type=float, default=None)
     parser.add_argument("--throttle-status", type=int, default=429, choices=(429, 503))
     parser.add_argument("--retry-after", default="seconds", choices=("seconds", "date", "none"))
     parser.add_argument("--retry-after-s", type=int, default=1)

@@ -6,7 +6,8 @@ clients in question (aiohttp, botocore, curl) send one request per connection at
 and wait for its answer, and a request's header block arrives in one read on 127.0.0.1.
 
 - **Throttling** (``requests_per_s``): a token bucket shared by every connection admits
-  that many requests a second (bursts of ``burst_requests``); a request over the rate is
+  that many requests a second (bursts of ``burst_requests``, one second's worth by
+  default); a request over the rate is
   not forwarded but answered by the proxy itself, ``429 Too Many Requests`` or S3's
   ``503 SlowDown`` (an XML error body botocore understands), with ``Retry-After`` in
   seconds, as an HTTP date, or absent.
@@ -76,9 +77,8 @@ class RequestRules:
         log: IO[str] | None = None,
     ) -> None:
         self.rate = requests_per_s
-        self.burst = (
-            burst_requests if burst_requests is not None else max(1.0, (self.rate or 0) / 4)
-        )
+        # a bucket of one second's requests by default (a store's rate over a second)
+        self.burst = burst_requests if burst_requests is not None else max(1.0, self.rate or 0)
         self.tokens = self.burst
         self.filled_at = time.monotonic()
         self.status = throttle_status

@@ -11,6 +11,9 @@ There it stays until ``PROBE_ANSWERS`` answers came through, then tries one more
 with a fixed capacity is then throttled about once per ``PROBE_ANSWERS`` requests, not at
 every step of a saw-tooth. Requests over the limit wait, in order, for a slot.
 
+A store that limits requests per second is also paced (`conveyor.storage.host_pace`):
+once it throttled, requests to it start no faster than the rate it was found to accept.
+
 Everything here runs on the event loop that fetches (fsspec's ``fs.loop``): the state is
 per loop and host, and only touched from that loop's thread, so it needs no lock.
 """
@@ -24,6 +27,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from conveyor.storage.host_pace import Pace
+
 __all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit"]
 
 HOST_CONCURRENCY = 64
@@ -31,7 +36,8 @@ HOST_CONCURRENCY = 64
 back to): more than a process's readers ask for on a healthy store, so it only binds once
 the store has said to slow down."""
 PROBE_ANSWERS = 64
-"""Answers at the level below the last throttle before one more request is tried."""
+"""Answers at the level below the last throttle before one more request is tried (the
+same as the pace's, `conveyor.storage.host_pace.PROBE_ANSWERS`)."""
 
 _limits: dict[tuple[int, str], HostLimit] = {}
 
@@ -60,6 +66,7 @@ class HostLimit:
         self._safe = float(most)  # one below the level that was last throttled
         self._at_safe = 0  # answers while held at that level
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.pace = Pace()
 
     @property
     def allowed(self) -> int:
@@ -67,10 +74,11 @@ class HostLimit:
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[float]:
-        """Hold a place while a request is in flight; yields when it started (monotonic)."""
+        """Hold a place while a request is in flight, started at the host's pace; yields
+        when it started (monotonic)."""
         await self._acquire()
         try:
-            yield time.monotonic()
+            yield await self.pace.turn()
         finally:
             self._release()
 
@@ -116,6 +124,7 @@ class HostLimit:
         """A request sent at ``sent_at`` (its place given back already) was throttled:
         halve the limit, once per round."""
         self.throttles += 1
+        self.pace.throttled(sent_at)
         if sent_at <= self._cut_at:
             return  # sent before the last cut: that cut already answered this congestion
         self._cut_at = time.monotonic()
@@ -142,4 +151,4 @@ class HostLimit:
 
     def describe(self) -> dict[str, Any]:
         return {"host": self.host, "limit": self.allowed, "in_flight": self.in_flight,
-                "throttles": self.throttles, "cuts": self.cuts}  # fmt: skip
+                "rate": self.pace.rate, "throttles": self.throttles, "cuts": self.cuts}  # fmt: skip

@@ -21,9 +21,12 @@ sequential again). The object's size comes with the first answer; only then are 
 after the first asked for, so nothing is requested past a small object's end.
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
-a consumer, `open_early`): its requests wait until ``after`` (the current shard's reader)
-has had its first answer, so that at start-up the next shard does not compete with the
-first batch. Memory: at most ``depth`` blocks per reader (8 MiB each for shards).
+a consumer, `open_early`): its first block is asked for once ``after`` (the current
+shard's reader) has had its first answer, so that at start-up the next shard does not
+compete with the first batch; the rest of its window once ``after`` has asked for its own
+last block, so that the link goes on from one shard to the next without a gap, and
+without a burst of requests (and memory) at the start of every shard. Memory: at most
+``depth`` blocks per reader (8 MiB each for shards), one more for the next shard.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class RangedReader(io.RawIOBase):
         self._position = 0
         self._narrow = False  # after a seek: one block at a time until reading goes on
         self._read_any = False
+        self._follower: RangedReader | None = None  # the reader opened early after this one
+        self._holding = False  # opened early: the first block only, until its turn
 
     # -- blocks
 
@@ -93,8 +98,16 @@ class RangedReader(io.RawIOBase):
         is in. Returns self."""
         if after is not None:
             self._gate = after.first_answer
+            self._holding = True
+            after._follower = self
         self._schedule(0)
         return self
+
+    def _take_turn(self) -> None:
+        """The reader before this one asked for its last block: ask for the window."""
+        if self._holding and not self.closed:
+            self._holding = False
+            self._schedule(self._index(self._position))
 
     def _span(self, index: int) -> tuple[int, int]:
         start = self._anchor + index * self.block_bytes
@@ -107,11 +120,15 @@ class RangedReader(io.RawIOBase):
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
         learned = _learned_depth.get(self._source.host, 0)  # another reader's, since
         self.depth = max(self.depth, min(learned, self.max_depth))
-        width = 1 if self._narrow else self.depth
+        width = 1 if self._narrow or self._holding else self.depth
         last = first + width - 1
         size = self._facts.size
         if size is not None:
-            last = min(last, self._index(max(size, self._anchor + 1) - 1))
+            final = self._index(max(size, self._anchor + 1) - 1)
+            last = min(last, final)
+            if last == final and self._follower is not None:
+                follower, self._follower = self._follower, None
+                follower._take_turn()  # the link goes on with the next object
         for index in [i for i in self._blocks if i < first or i > last]:
             self._blocks.pop(index).cancel()
         for index in range(first, last + 1):
@@ -185,6 +202,7 @@ class RangedReader(io.RawIOBase):
         self._check_open()
         wanted = -1 if size is None or size < 0 else size
         self._read_any = True
+        self._holding = False  # its turn has come
         parts: list[bytes] = []
         while wanted != 0:
             chunk = self._chunk(wanted if wanted > 0 else self.block_bytes)
@@ -201,6 +219,7 @@ class RangedReader(io.RawIOBase):
     def read1(self, size: int = -1) -> bytes:
         self._check_open()
         self._read_any = True
+        self._holding = False
         return self._chunk(size if size >= 0 else self.block_bytes)
 
     def readinto(self, buffer: Any) -> int:
@@ -268,6 +287,9 @@ class RangedReader(io.RawIOBase):
                 if not self._sized.done():
                     self._sized.cancel()  # a reader waiting for this one's first answer goes on
             self._blocks = {}
+            follower, self._follower = self._follower, None
+            if follower is not None:
+                follower._take_turn()
         finally:
             super().close()
 
