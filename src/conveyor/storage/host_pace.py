@@ -23,7 +23,7 @@ __all__ = ["PROBE_ANSWERS", "Pace"]
 PROBE_ANSWERS = 64
 """Answers held just below the level last throttled before one step more is tried."""
 _WINDOW_S = 1.0  # starts counted to measure the rate a throttle came at
-_SLOWEST = 0.5  # requests a second: the pace never goes below this
+_SLOWEST = 2.0  # requests a second: the pace never goes below this
 _BELOW = 0.8  # the pace holds at this share of the rate throttled
 _SETTLE_S = 1.0  # throttles of requests started this soon after a cut judge the old pace
 
@@ -58,7 +58,7 @@ class Pace:
     def _starting(self, now: float) -> float:
         """Requests started a second, over the last window (or since the first start)."""
         recent = sum(1 for t in self._starts if t >= now - _WINDOW_S)
-        return recent / _WINDOW_S  # a start-up burst counts as a second's requests
+        return recent / _WINDOW_S  # a start-up burst counts as one second's requests
 
     def throttled(self, sent_at: float) -> None:
         """A request started at ``sent_at`` was throttled: halve the pace, once per round

@@ -191,6 +191,12 @@ class RetryRun:
         self.deadline = None
         _answered_hosts.add(self._host)
 
+    def postpone(self, seconds: float) -> None:
+        """Move the budget's end by ``seconds`` spent waiting for a turn (the host's
+        limit or pace, this process's own doing): only the store's failures spend it."""
+        if self.deadline is not None and seconds > 0:
+            self.deadline += seconds
+
     def remaining_s(self) -> float | None:
         """Seconds left before the budget of the current run ends (None: no failure yet)."""
         if self.deadline is None:
