@@ -69,6 +69,7 @@ class Spec:
     layout: s7_data.Layout
     num_workers: int
     batch_size: int = 64
+    files_batch: int = 8
 
 
 @dataclass
@@ -169,7 +170,66 @@ def p_s3torch(spec: Spec) -> Any:
     )
 
 
+class Files(torch_data.Dataset[tuple[str, bytes]]):
+    """The S7 single objects (``files/``), one GET each: random access, where every batch
+    waits for its requests (the tail scenario's own layout). ``remote=None``: boto3, as a
+    user's own Dataset would read them."""
+
+    def __init__(self, spec: Spec, remote: RemoteOptions | None, use_boto3: bool = False):
+        self.keys = spec.layout.files
+        self.options = spec.options
+        self.endpoint = spec.endpoint
+        self.remote = remote
+        self.use_boto3 = use_boto3
+        self._client: Any = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: int) -> tuple[str, bytes]:
+        key = self.keys[index]
+        if self.use_boto3:
+            if self._client is None:
+                import boto3
+
+                self._client = boto3.client(
+                    "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                    aws_access_key_id=s7_data.Store.KEY, aws_secret_access_key=s7_data.Store.SECRET,
+                )  # fmt: skip
+            body = self._client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+            return key, body
+        from conveyor.storage import open_url
+
+        with open_url(f"s3://{BUCKET}/{key}", self.options, remote=self.remote) as stream:
+            return key, stream.read()
+
+
+def _files(spec: Spec, remote: RemoteOptions | None) -> Any:
+    return DataLoader(
+        Files(spec, remote),
+        batch_size=spec.files_batch,
+        num_workers=spec.num_workers,
+        worker_type="thread",
+    )
+
+
+def p_files(spec: Spec) -> Any:
+    return _files(spec, RemoteOptions())
+
+
+def p_files_nohedge(spec: Spec) -> Any:
+    return _files(spec, RemoteOptions(hedge_budget=0.0))
+
+
+def p_files_boto3(spec: Spec) -> Any:
+    dataset = Files(spec, None, use_boto3=True)
+    return torch_data.DataLoader(dataset, batch_size=spec.files_batch, num_workers=spec.num_workers)
+
+
 PIPELINES: dict[str, Callable[[Spec], Any]] = {
+    "files-conveyor": p_files,
+    "files-conveyor-nohedge": p_files_nohedge,
+    "files-boto3": p_files_boto3,
     "conveyor": p_conveyor,
     "conveyor-thread": p_conveyor_thread,
     "conveyor-nohedge": p_conveyor_nohedge,
@@ -358,9 +418,10 @@ def one_run(
     run = run_once(PIPELINES[name](spec), warm)
     seen = request_summary(log.take(), layout)
     counts = collections.Counter(run.keys)
+    expected = len(layout.files) if name.startswith("files") else layout.samples
     return {
         "samples": len(run.keys),
-        "exactly_once": len(counts) == layout.samples and max(counts.values()) == 1,
+        "exactly_once": len(counts) == expected and max(counts.values()) == 1,
         "mb_s": run.steady_bytes / run.steady_s / 1e6,
         "first_batch_s": run.first_batch_s,
         "waits": run.waits,
@@ -390,6 +451,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--shard-mb", type=int, default=100)
     parser.add_argument("--num-workers", type=int, default=8)
+    parser.add_argument("--files-batch", type=int, default=8, help="files-* pipelines' batch")
     parser.add_argument("--warm-batches", type=int, default=4)
     parser.add_argument("--run-timeout", type=int, default=300)
     parser.add_argument("--weed-dir", default=str(s7_data.DATA_DIR / "weed"))
@@ -423,8 +485,9 @@ def main() -> None:
                     if args.scenario == "ranks":
                         result = rank_run(name, proxies[link], store, args, layout, logs[link])
                     else:
-                        spec = Spec(proxies[link].endpoint, store.options(proxies[link].endpoint),
-                                    layout, args.num_workers)  # fmt: skip
+                        endpoint = proxies[link].endpoint
+                        spec = Spec(endpoint, store.options(endpoint), layout, args.num_workers,
+                                    files_batch=args.files_batch)  # fmt: skip
                         signal.alarm(args.run_timeout)
                         try:
                             result = one_run(name, spec, args.warm_batches, layout, logs[link])

@@ -118,7 +118,7 @@ def test_the_threads_of_a_process_share_one_limit_per_host(
     """Three readers with four blocks in flight each, against a server that throttles
     every request over two at once: with one limit per host the throttles stop; with a
     limit per reader (or none) three readers keep at least three requests in flight."""
-    blobs = _blobs(tmp_path, 3, 128 << 10)
+    blobs = _blobs(tmp_path, 3, 80 << 10)
     server = FaultyServer(tmp_path)
     server.max_in_flight, server.delay_s = 2, 0.01
     remote = dataclasses.replace(FAST, read_ahead=4, retries=8)
@@ -136,7 +136,7 @@ def test_the_threads_of_a_process_share_one_limit_per_host(
         server.close()
     counted = request_counts() - before
     assert counted.throttled == server.throttled > 0
-    # 48 blocks: once the shared limit has settled, throttles are the AIMD's occasional probe
+    # 30 blocks: once the shared limit has settled, throttles are the AIMD's occasional probe
     assert server.throttled <= 0.15 * (counted.requests - server.throttled), counted
     limit = host_limit(urlparse(server.url).netloc, fsspec.asyn.get_loop())
     assert limit.cuts >= 1 and limit.allowed <= 4
