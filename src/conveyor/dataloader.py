@@ -7,7 +7,7 @@ import math
 import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -24,6 +24,7 @@ from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, che
 from conveyor.engine.plan import EpochHooks, LoadPlan
 from conveyor.engine.request_deltas import take_request_counts
 from conveyor.engine.seeding import draw_base_seed
+from conveyor.engine.shared_records import share_records_default
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.engine.worker_kind import (
@@ -54,43 +55,50 @@ if TYPE_CHECKING:
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
+# torch's private names of the iterator classes (Lightning and PyG import them from here
+# once their imports point at conveyor); each subclasses torch's class of the same name.
+_BaseDataLoaderIter = LoaderIterator
+_SingleProcessDataLoaderIter = SingleProcessIterator
+_MultiProcessingDataLoaderIter = MultiWorkerIterator
+
 T_co = TypeVar("T_co", covariant=True)
-V = TypeVar("V")
 
 _FROZEN_AFTER_INIT = frozenset(
     ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
 )
 
+# Public attributes kept, as torch keeps them, as plain instance attributes, and where each
+# lives in the loader's `LoaderOptions` (concern, field). Setting one after construction
+# replaces that concern, which checks itself again; torch's order of assignment.
+_OPTION_FIELDS: dict[str, tuple[str, str]] = {
+    "dataset": ("data", "dataset"),
+    "num_workers": ("workers", "num_workers"),
+    "prefetch_factor": ("workers", "prefetch_factor"),
+    "pin_memory": ("pin", "enabled"),
+    "pin_memory_device": ("pin", "device"),
+    "timeout": ("workers", "timeout_s"),
+    "worker_init_fn": ("workers", "worker_init_fn"),
+    "in_order": ("workers", "in_order"),
+    "batch_size": ("data", "batch_size"),
+    "drop_last": ("data", "drop_last"),
+    "sampler": ("data", "sampler"),
+    "batch_sampler": ("data", "batch_sampler"),
+    "generator": ("data", "generator"),
+    "collate_fn": ("data", "collate_fn"),
+    "persistent_workers": ("workers", "persistent_workers"),
+    # conveyor's additions
+    "on_error": ("errors", "on_error"),
+    "max_skipped": ("errors", "max_skipped"),
+    "fullsync": ("", "fullsync"),
+    "profile_stages": ("", "profile_stages"),
+    "snapshot_every_n_steps": ("", "snapshot_every_n_steps"),
+    "share_records": ("workers", "share_records"),
+}
 
-class _Option(Generic[V]):
-    """A DataLoader attribute kept in its `LoaderOptions`. Reading it is a lookup; setting
-    it replaces the concern it belongs to, which checks itself again."""
 
-    def __init__(self, concern: str, field: str = "") -> None:
-        self._concern = concern
-        self._field = field
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._field = self._field or name
-        self._name = name
-
-    @overload
-    def __get__(self, loader: None, owner: type) -> _Option[V]: ...
-
-    @overload
-    def __get__(self, loader: DataLoader[Any], owner: type) -> V: ...
-
-    def __get__(self, loader: DataLoader[Any] | None, owner: type) -> V | _Option[V]:
-        if loader is None:
-            return self
-        options = loader._options
-        part = getattr(options, self._concern) if self._concern else options
-        value: V = getattr(part, self._field)
-        return value
-
-    def __set__(self, loader: DataLoader[Any], value: V) -> None:
-        loader._options = loader._options.changed(self._concern, **{self._field: value})
-        loader.__dict__[self._name] = self.__get__(loader, type(loader))
+def _option_value(options: LoaderOptions, name: str) -> Any:
+    concern, field = _OPTION_FIELDS[name]
+    return getattr(getattr(options, concern) if concern else options, field)
 
 
 class DataLoader(TorchDataLoader[T_co]):
@@ -159,34 +167,46 @@ class DataLoader(TorchDataLoader[T_co]):
         max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
             while the cluster has room (default None: up to ``num_workers``; 0: a lost
             worker's tasks go to the survivors).
+        share_records: process workers read the dataset's large lists and tuples of plain
+            records (str, bytes, int, float, bool, None and tuples of these; 100,000 items
+            or more, as the dataset or its attributes) from one read-only shared-memory
+            table instead of copying them page by page (pytorch#13246), and spawn workers
+            get the table's handle instead of a pickle. The user's objects are not changed;
+            a list changed between epochs is seen changed. ``False`` (or the environment
+            variable ``CONVEYOR_SHARE_RECORDS=0``) turns it off. See docs/guide/workers.md.
 
     Raises:
         ValueError: for arguments that exclude each other or are out of range, naming the
             argument and what to change (torch's messages where torch has one).
     """
 
-    dataset = _Option[Dataset[T_co]]("data")
-    batch_size = _Option[int | None]("data")
-    sampler = _Option[Sampler[Any] | Iterable[Any]]("data")
-    batch_sampler = _Option[Sampler[list[Any]] | Iterable[list[Any]] | None]("data")
-    drop_last = _Option[bool]("data")
-    collate_fn = _Option[Callable[[Any], Any]]("data")
-    generator = _Option[torch.Generator | None]("data")
-    num_workers = _Option[int]("workers")
-    prefetch_factor = _Option[int | None]("workers")
-    worker_init_fn = _Option[Callable[[int], None] | None]("workers")
-    persistent_workers = _Option[bool]("workers")
-    timeout = _Option[float]("workers", "timeout_s")
-    in_order = _Option[bool]("workers")
-    pin_memory = _Option[bool]("pin", "enabled")
-    pin_memory_device = _Option[str]("pin", "device")
-    on_error = _Option[str]("errors")
-    max_skipped = _Option[int | None]("errors")
-    fullsync = _Option[bool]("")
-    profile_stages = _Option[bool]("")
-    snapshot_every_n_steps = _Option[int | None]("")
+    # Plain instance attributes, as torch's (vars(loader) holds them: Lightning rebuilds
+    # loaders from it); `__setattr__` keeps `_conveyor_options` in step with them.
+    dataset: Dataset[T_co]
+    batch_size: int | None
+    sampler: Sampler[Any] | Iterable[Any]
+    batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None
+    drop_last: bool
+    collate_fn: Callable[[Any], Any]
+    generator: torch.Generator | None
+    num_workers: int
+    prefetch_factor: int | None
+    worker_init_fn: Callable[[int], None] | None
+    persistent_workers: bool
+    timeout: float
+    in_order: bool
+    pin_memory: bool
+    pin_memory_device: str
+    on_error: str
+    max_skipped: int | None
+    fullsync: bool
+    profile_stages: bool
+    snapshot_every_n_steps: int | None
+    share_records: bool
 
-    _options: LoaderOptions
+    # conveyor's own state; names no subclass is likely to use (PopTorch's loader sets
+    # `self._options`, others `_resume`, ...)
+    _conveyor_options: LoaderOptions
     __initialized = False
 
     def __init__(
@@ -218,6 +238,7 @@ class DataLoader(TorchDataLoader[T_co]):
         profile_stages: bool = False,
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
+        share_records: bool | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -226,7 +247,7 @@ class DataLoader(TorchDataLoader[T_co]):
             prefetch_factor = 2
         workers = WorkerOptions(
             kind=worker_kind(
-                resolve_worker_type(worker_type, worker_method),
+                resolve_worker_type(worker_type, worker_method, multiprocessing_context),
                 ray_remote_args,
                 max_worker_restarts,
             ),
@@ -237,6 +258,7 @@ class DataLoader(TorchDataLoader[T_co]):
             persistent_workers=persistent_workers,
             timeout_s=timeout,
             in_order=in_order,
+            share_records=share_records_default() if share_records is None else share_records,
         )
         errors = ErrorOptions(on_error, max_skipped)
         iterable_style = is_iterable_style(dataset)
@@ -251,7 +273,7 @@ class DataLoader(TorchDataLoader[T_co]):
             generator,
             collate_fn,
         )
-        self._options = LoaderOptions(
+        options = LoaderOptions(
             data=data,
             workers=workers,
             pin=PinOptions(pin_memory, pin_memory_device),
@@ -260,53 +282,60 @@ class DataLoader(TorchDataLoader[T_co]):
             profile_stages=profile_stages,
             snapshot_every_n_steps=snapshot_every_n_steps,
         )
-        self._IterableDataset_len_called: int | None = None
-        self._iterator: LoaderIterator | None = None
-        self._collectives = RankCollectives()
-        self._resume: Resume | None = None
-        self._warned_unsharded = False
-        self._epoch_iterator: weakref.ReferenceType[LoaderIterator] | None = None
-        self._epoch_clock: StepClock | None = None
-        self._epoch_serial = 0
-        self._dropped_state: LoaderStateDict | None = None
-        self._mirror_attributes()
+        given = {"timeout": timeout}  # kept as given, as torch does
+        for name in _OPTION_FIELDS:  # torch's order; set as torch does (subclasses see it)
+            setattr(self, name, given.get(name, _option_value(options, name)))
+            if name == "worker_init_fn":
+                self.multiprocessing_context = workers.multiprocessing_context
+            elif name == "in_order":
+                self._dataset_kind = (
+                    _DatasetKind.Iterable if data.iterable_style else _DatasetKind.Map
+                )
+        self.__dict__["worker_type"] = workers.kind.name
+        self.__dict__["_conveyor_options"] = options
         self.__initialized = True
+        self._IterableDataset_len_called: int | None = None
+        self._iterator: Any = None
+        self._conveyor_collectives = RankCollectives()
+        self._conveyor_resume: Resume | None = None
+        self._conveyor_warned_unsharded = False
+        self._conveyor_persistent: MultiWorkerIterator | None = None
+        self._conveyor_epoch: weakref.ReferenceType[LoaderIterator] | None = None
+        self._conveyor_epoch_clock: StepClock | None = None
+        self._conveyor_epoch_serial = 0
+        self._conveyor_dropped_state: LoaderStateDict | None = None
         self.check_worker_number_rationality()
-        workers.kind.warm_up(workers)  # spawn/forkserver: the zygote starts importing now
-
-    def _mirror_attributes(self) -> None:
-        """Keep the options' values in the instance ``__dict__`` too, under torch's names.
-
-        Reads go through the descriptors (they take precedence); the copies are for code
-        that rebuilds a loader from ``vars(loader)``, as torch's DataLoader keeps them
-        there: Lightning does so to inject its DistributedSampler.
-        """
-        for cls in reversed(type(self).__mro__):
-            for name, value in vars(cls).items():
-                if isinstance(value, _Option):
-                    self.__dict__[name] = getattr(self, name)
-        self.__dict__["worker_type"] = self.worker_type
+        # spawn/forkserver: the zygote starts importing now; large plain lists become tables
+        workers.kind.warm_up(workers, self._shareable_dataset())
 
     # ------------------------------------------------------------ attributes
     @property
     def multiprocessing_context(self) -> MultiprocessingContext | None:
-        return self._options.workers.multiprocessing_context
+        return self.__multiprocessing_context
 
     @multiprocessing_context.setter
     def multiprocessing_context(self, context: str | MultiprocessingContext | None) -> None:
+        options = self.__dict__.get("_conveyor_options")
+        if options is None:  # in __init__: checked there already
+            self.__multiprocessing_context = context  # type: ignore[assignment]
+            return
         resolved = resolve_context(context, self.num_workers)
-        self._options = self._options.changed("workers", multiprocessing_context=resolved)
-        self._options.workers.kind.warm_up(self._options.workers)
+        options = options.changed("workers", multiprocessing_context=resolved)
+        self.__dict__["_conveyor_options"] = options
+        self.__multiprocessing_context = resolved
+        options.workers.kind.warm_up(options.workers, self._shareable_dataset())
+
+    __multiprocessing_context: MultiprocessingContext | None
 
     @property
     def worker_type(self) -> str:
         """``"process"``, ``"thread"`` or ``"ray"``: the kind of this loader's workers."""
-        return self._options.workers.kind.name
+        return self._conveyor_options.workers.kind.name
 
     @worker_type.setter
     def worker_type(self, name: str) -> None:
-        old = self._options.workers.kind
-        self._options = self._options.changed("workers", kind=worker_kind(name))
+        old = self._conveyor_options.workers.kind
+        self._conveyor_options = self._conveyor_options.changed("workers", kind=worker_kind(name))
         self.__dict__["worker_type"] = name
         old.close()
 
@@ -315,33 +344,49 @@ class DataLoader(TorchDataLoader[T_co]):
             raise ValueError(
                 f"{name} attribute should not be set after {type(self).__name__} is initialized"
             )
+        where = _OPTION_FIELDS.get(name)
+        options = self.__dict__.get("_conveyor_options")
+        if where is not None and options is not None:
+            concern, field = where
+            self.__dict__["_conveyor_options"] = options.changed(concern, **{field: value})
         object.__setattr__(self, name, value)  # not torch's __setattr__
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As torch's: the attributes. The last epoch's bookkeeping (a weak reference to
+        its iterator) stays behind; a persistent iterator travels as torch's would."""
+        state = self.__dict__.copy()
+        state["_conveyor_epoch"] = None
+        state["_conveyor_epoch_clock"] = None
+        return state
+
+    def _shareable_dataset(self) -> Any:
+        """The dataset, whose large plain lists workers may read from shared tables; None
+        for a DataPipe graph (its nodes are prepared per worker, not shared)."""
+        return None if is_datapipe(self.dataset) else self.dataset
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""
-        self._options.workers.kind.check_count(self.num_workers)
+        workers = self._conveyor_options.workers
+        workers.kind.check_count(workers.num_workers)
 
     # ------------------------------------------------------------- iteration
     @property
     def _auto_collation(self) -> bool:
-        return self._options.data.auto_collation
+        return self._conveyor_options.data.auto_collation
 
     @property
     def _index_sampler(self) -> Iterable[Any]:
-        return self._options.data.index_sampler
-
-    @property
-    def _dataset_kind(self) -> int:
-        """torch's ``_DatasetKind.Map`` (0) or ``_DatasetKind.Iterable`` (1)."""
-        return _DatasetKind.Iterable if self._options.data.iterable_style else _DatasetKind.Map
+        return self._conveyor_options.data.index_sampler
 
     def _hooks(self) -> EpochHooks:
         """DataPipe graphs: shard and seed per worker and rank; fullsync's collective."""
-        all_ranks_have = self._collectives.all_have if self.fullsync else None
-        dataset = self.dataset
-        if not self._options.data.iterable_style and not self._warned_unsharded:
-            self._warned_unsharded = True
-            warn_if_sampler_does_not_shard(self._index_sampler, world_and_rank()[0])
+        options = self._conveyor_options
+        collectives = self._conveyor_collectives
+        all_ranks_have = collectives.all_have if options.fullsync else None
+        dataset = options.data.dataset
+        if not options.data.iterable_style and not self._conveyor_warned_unsharded:
+            self._conveyor_warned_unsharded = True
+            warn_if_sampler_does_not_shard(options.data.index_sampler, world_and_rank()[0])
         if not is_datapipe(dataset):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
@@ -350,10 +395,9 @@ class DataLoader(TorchDataLoader[T_co]):
         from conveyor.datapipes.profiling import StageTimers
 
         world_size, rank = world_and_rank()
-        if not self._warned_unsharded:
-            self._warned_unsharded = True
-            warn_if_unsharded(dataset, max(1, self.num_workers) * world_size)
-        collectives = self._collectives
+        if not self._conveyor_warned_unsharded:
+            self._conveyor_warned_unsharded = True
+            warn_if_unsharded(dataset, max(1, options.workers.num_workers) * world_size)
         list_once(dataset, collectives.share_text)  # here, before any worker starts
 
         def draw_shared_seed(generator: torch.Generator | None) -> int:
@@ -364,50 +408,65 @@ class DataLoader(TorchDataLoader[T_co]):
                 prepare_graph,
                 world_size=world_size,
                 rank=rank,
-                private_copy=self._options.workers.kind.private_copies,
+                private_copy=options.workers.kind.private_copies,
             ),
             draw_shared_seed=draw_shared_seed,
-            stage_timers=StageTimers if self.profile_stages else None,
+            stage_timers=StageTimers if options.profile_stages else None,
             all_ranks_have=all_ranks_have,
         )
 
-    def _get_iterator(self) -> LoaderIterator:
+    def _get_iterator(self) -> Any:
+        """A new epoch's iterator. Subclasses may return another object around it (PyG
+        wraps it with a transform): the loader's checkpoints and stats follow the epoch
+        started here, whatever ``__iter__`` hands out."""
         ref = weakref.ref(self)
 
         def len_hint() -> int | None:
             loader = ref()
             return None if loader is None else loader._IterableDataset_len_called
 
-        plan = LoadPlan(self._options, self._hooks())
-        resume, self._resume = self._resume, None
+        plan = LoadPlan(self._conveyor_options, self._hooks())
+        resume, self._conveyor_resume = self._conveyor_resume, None
         workers = plan.options.workers
+        iterator: LoaderIterator
         if workers.num_workers == 0:
-            return SingleProcessIterator(plan, len_hint, resume)
-        workers.kind.check_start(self.dataset, workers)
-        return MultiWorkerIterator(plan, len_hint, resume)
-
-    def __iter__(self) -> LoaderIterator:
-        take_request_counts()  # this epoch's stats count this epoch's remote requests
-        if not (self.persistent_workers and self.num_workers > 0):
-            iterator = self._get_iterator()
-        elif isinstance(self._iterator, MultiWorkerIterator) and self._resume is None:
-            iterator = self._iterator
-            iterator.reset()
+            iterator = SingleProcessIterator(plan, len_hint, resume)
         else:
-            iterator = self._iterator = self._get_iterator()
-        self._epoch_iterator = weakref.ref(iterator)
-        self._epoch_clock = iterator.clock
-        self._dropped_state = None
-        self._epoch_serial += 1
-        iterator.keep_state_when_dropped = _state_keeper(self, self._epoch_serial)
+            workers.kind.check_start(plan.options.data.dataset, workers)
+            iterator = MultiWorkerIterator(plan, len_hint, resume)
+            if workers.persistent_workers:
+                self._conveyor_persistent = iterator
+        self._conveyor_track(iterator)
         return iterator
+
+    def __iter__(self) -> Any:
+        """torch's protocol: a new iterator per epoch, or with persistent workers the one
+        from ``_get_iterator`` again, told ``_reset(loader)``."""
+        take_request_counts()  # this epoch's stats count this epoch's remote requests
+        workers = self._conveyor_options.workers
+        if not (workers.persistent_workers and workers.num_workers > 0):
+            return self._get_iterator()
+        if self._iterator is None or self._conveyor_persistent is None:
+            self._iterator = self._get_iterator()
+        else:
+            self._iterator._reset(self)
+            self._conveyor_track(self._conveyor_persistent)
+        return self._iterator
+
+    def _conveyor_track(self, iterator: LoaderIterator) -> None:
+        """The epoch ``iterator`` runs is the one ``state_dict()`` and ``stats()`` describe."""
+        self._conveyor_epoch = weakref.ref(iterator)
+        self._conveyor_epoch_clock = iterator.clock
+        self._conveyor_dropped_state = None
+        self._conveyor_epoch_serial += 1
+        iterator.keep_state_when_dropped = _state_keeper(self, self._conveyor_epoch_serial)
 
     # ---------------------------------------------------------- observability
     def stats(self) -> LoaderStats:
         """Counters of the current (or last) epoch: throughput, time spent waiting for
         data versus computing, and per-worker busy time. ``stats().summary()`` says in
         one line whether the loader is the bottleneck."""
-        return (self._epoch_clock or StepClock()).snapshot()
+        return (self._conveyor_epoch_clock or StepClock()).snapshot()
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> LoaderStateDict:
@@ -416,17 +475,19 @@ class DataLoader(TorchDataLoader[T_co]):
         Cheap (a few attribute reads): call it every step if you like. Counts only batches
         the user received, not those prefetched. See docs/design/checkpointing.md.
         """
-        iterator = self._epoch_iterator() if self._epoch_iterator is not None else None
+        epoch = self._conveyor_epoch
+        iterator = epoch() if epoch is not None else None
         if iterator is not None and not iterator.finished:
             return iterator.state_dict()
-        if self._dropped_state is not None:  # the loop was left (break) mid-epoch
-            return self._dropped_state
-        if self._resume is not None:
-            return self._resume.state  # loaded but not started yet
+        if self._conveyor_dropped_state is not None:  # the loop was left (break) mid-epoch
+            return self._conveyor_dropped_state
+        if self._conveyor_resume is not None:
+            return self._conveyor_resume.state  # loaded but not started yet
+        generator = self._conveyor_options.data.generator
         state: LoaderStateDict = {
             "version": STATE_VERSION,
             "in_epoch": False,
-            "generator": self.generator.get_state() if self.generator is not None else None,
+            "generator": generator.get_state() if generator is not None else None,
         }
         # a sampler that draws from its own generator (torchdata's RandomSampler) says
         # where the next epoch starts; others start each epoch afresh
@@ -446,34 +507,40 @@ class DataLoader(TorchDataLoader[T_co]):
         """
         check_state_keys(state_dict)
         check_version(state_dict)
-        self._dropped_state = None
+        self._conveyor_dropped_state = None
+        options = self._conveyor_options
+        generator = options.data.generator
         if state_dict.get("in_epoch"):
-            check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(self._options.data))
-            check_generator(state_dict, self.generator)
+            check_fingerprint(state_dict.get("fingerprint"), fingerprint_of(options.data))
+            check_generator(state_dict, generator)
+        resume: Resume | None = None
         if not state_dict.get("in_epoch", False):
             saved = state_dict.get("generator")
-            if saved is not None and self.generator is not None:
-                self.generator.set_state(saved)
-            if state_dict.get("sampler") is not None and has_state(self._index_sampler):
-                self._index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
-            self._resume = None
-            if self._options.data.iterable_style:  # streams' states at the epoch's end
-                self._resume = next_epoch_resume(state_dict, self.num_workers, world_and_rank())
+            if saved is not None and generator is not None:
+                generator.set_state(saved)
+            index_sampler = options.data.index_sampler
+            if state_dict.get("sampler") is not None and has_state(index_sampler):
+                index_sampler.load_state_dict(state_dict["sampler"])  # type: ignore[attr-defined]
+            if options.data.iterable_style:  # streams' states at the epoch's end
+                workers = options.workers.num_workers
+                resume = next_epoch_resume(state_dict, workers, world_and_rank())
         else:
-            self._resume = Resume(state_dict)
-        if isinstance(self._iterator, MultiWorkerIterator):
-            self._iterator.close()  # persistent workers restart from the checkpoint
-            self._iterator = None
+            resume = Resume(state_dict)
+        self._conveyor_resume = resume
+        if self._conveyor_persistent is not None:
+            self._conveyor_persistent.close()  # persistent workers restart from the checkpoint
+            self._conveyor_persistent = self._iterator = None
 
     def __len__(self) -> int:
-        if not self._options.data.iterable_style:
-            return len(self._index_sampler)  # type: ignore[arg-type]
-        length = len(self.dataset)  # type: ignore[arg-type]
+        data = self._conveyor_options.data
+        if not data.iterable_style:
+            return len(data.index_sampler)  # type: ignore[arg-type]
+        length = len(data.dataset)
         self._IterableDataset_len_called = length
-        if self.batch_size is not None:
-            if self.drop_last:
-                return length // self.batch_size
-            return math.ceil(length / self.batch_size)
+        if data.batch_size is not None:
+            if data.drop_last:
+                return length // data.batch_size
+            return math.ceil(length / data.batch_size)
         return length
 
 
@@ -483,7 +550,7 @@ def _state_keeper(loader: DataLoader[Any], serial: int) -> Callable[[LoaderState
 
     def keep(state: LoaderStateDict) -> None:
         owner = ref()
-        if owner is not None and owner._epoch_serial == serial:
-            owner._dropped_state = state
+        if owner is not None and owner._conveyor_epoch_serial == serial:
+            owner._conveyor_dropped_state = state
 
     return keep

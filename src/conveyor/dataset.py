@@ -12,6 +12,7 @@ import bisect
 import itertools
 import math
 import warnings
+from abc import ABCMeta
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any, TypeVar, cast
 
@@ -27,6 +28,7 @@ from conveyor.torch_compat import (
     TorchSubset,
     TorchTensorDataset,
     is_iterable_style,
+    recognises_torch_class,
 )
 
 T = TypeVar("T")
@@ -44,12 +46,17 @@ __all__ = [
 ]
 
 
-class Dataset(TorchDataset[T_co]):
+class Dataset(TorchDataset[T_co], metaclass=ABCMeta):
     """A map from keys to samples. Same as `torch.utils.data.Dataset`.
 
     Subclasses implement ``__getitem__`` and usually ``__len__``; an optional
     ``__getitems__(indices) -> list`` lets the loader fetch a whole batch in one call.
+    Every torch dataset is an instance of this class too (``isinstance``), as of torch's.
     """
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> Any:
+        return recognises_torch_class(cls, Dataset, TorchDataset, subclass)
 
     def __getitem__(self, index: Any) -> T_co:
         raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
@@ -62,8 +69,13 @@ class IterableDataset(Dataset[T_co], TorchIterableDataset[T_co]):
     """A stream of samples. Same as `torch.utils.data.IterableDataset`.
 
     With ``num_workers > 0`` every worker iterates its own copy; use
-    `conveyor.get_worker_info` in ``__iter__`` to split the work between them.
+    `conveyor.get_worker_info` in ``__iter__`` to split the work between them. Every torch
+    IterableDataset (a Hugging Face stream, ...) is an instance of this class too.
     """
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> Any:
+        return recognises_torch_class(cls, IterableDataset, TorchIterableDataset, subclass)
 
     def __iter__(self) -> Iterator[T_co]:
         raise NotImplementedError("Subclasses of IterableDataset should implement __iter__.")

@@ -56,10 +56,13 @@ __all__ = [
     "TorchDistributedSampler",
     "TorchIterDataPipe",
     "TorchIterableDataset",
+    "TorchLoaderIter",
     "TorchMapDataPipe",
+    "TorchMultiProcessingLoaderIter",
     "TorchRandomSampler",
     "TorchSampler",
     "TorchSequentialSampler",
+    "TorchSingleProcessLoaderIter",
     "TorchStackDataset",
     "TorchSubset",
     "TorchSubsetRandomSampler",
@@ -68,6 +71,7 @@ __all__ = [
     "is_iterable_style",
     "is_torch_datapipe",
     "publish_worker_info",
+    "recognises_torch_class",
     "route_thread_worker_info",
     "torch_worker_info",
     "user_collate_fns",
@@ -82,8 +86,27 @@ if TYPE_CHECKING:
         """What type checkers see of torch's DataLoader: identity only. conveyor's loader
         returns its own iterator types, which torch's annotations would reject."""
 
+    class TorchLoaderIter:
+        """What type checkers see of torch's ``_BaseDataLoaderIter``: identity only."""
+
+    class TorchSingleProcessLoaderIter(TorchLoaderIter):
+        """torch's ``_SingleProcessDataLoaderIter``, for type checkers."""
+
+    class TorchMultiProcessingLoaderIter(TorchLoaderIter):
+        """torch's ``_MultiProcessingDataLoaderIter``, for type checkers."""
+
 else:
+    # conveyor's iterators subclass torch's (every method overridden) so that code which
+    # recognises a loader's iterator by torch's classes (Lightning drops it from pickles,
+    # PyG shuts its workers down) treats conveyor's the same way.
     from torch.utils.data import DataLoader as TorchDataLoader
+    from torch.utils.data.dataloader import _BaseDataLoaderIter as TorchLoaderIter
+    from torch.utils.data.dataloader import (
+        _MultiProcessingDataLoaderIter as TorchMultiProcessingLoaderIter,
+    )
+    from torch.utils.data.dataloader import (
+        _SingleProcessDataLoaderIter as TorchSingleProcessLoaderIter,
+    )
 
 
 class DatasetKind:
@@ -101,6 +124,20 @@ def is_iterable_style(dataset: object) -> bool:
 def is_torch_datapipe(obj: object) -> bool:
     """True for a DataPipe of torch's (or torchdata's, which subclass torch's)."""
     return isinstance(obj, TorchIterDataPipe | TorchMapDataPipe)
+
+
+def recognises_torch_class(cls: type, base: type, torch_base: type, subclass: type) -> Any:
+    """``__subclasshook__`` of conveyor's public bases (Dataset, IterableDataset, Sampler).
+
+    ``isinstance(x, conveyor.IterableDataset)`` holds for torch's iterable datasets too (a
+    Hugging Face stream is one), as it does with torch's class: code that switched its
+    import keeps taking the same branch. Only the base itself answers, not its subclasses:
+    a torch dataset is no ``conveyor.TensorDataset``. The MRO is read, not ``issubclass``:
+    torch's IterableDataset is an ABC too, whose check would ask this hook again.
+    """
+    if cls is base and torch_base in getattr(subclass, "__mro__", ()):
+        return True
+    return NotImplemented
 
 
 def torch_worker_info() -> Any:

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 import torch
 import torch.utils.data as tud
+import torch.utils.data.dataloader as tud_loader
 import torch.utils.data.distributed as tud_distributed
 
 import conveyor
 import conveyor._utils
+import conveyor.dataloader
 import conveyor.distributed
 import conveyor.stateful_dataloader
 import conveyor.stateful_dataloader.sampler as stateful_sampler
@@ -37,6 +39,13 @@ PAIRS = [
     (stateful_sampler.RandomSampler, tud.RandomSampler),
     (stateful_sampler.BatchSampler, tud.BatchSampler),
     (stateful_sampler.StatefulDistributedSampler, tud_distributed.DistributedSampler),
+    # the iterators (Lightning and PyG recognise them by torch's classes)
+    (conveyor.dataloader._BaseDataLoaderIter, tud_loader._BaseDataLoaderIter),
+    (conveyor.dataloader._SingleProcessDataLoaderIter, tud_loader._SingleProcessDataLoaderIter),
+    (
+        conveyor.dataloader._MultiProcessingDataLoaderIter,
+        tud_loader._MultiProcessingDataLoaderIter,
+    ),
 ]
 
 

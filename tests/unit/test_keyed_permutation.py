@@ -60,7 +60,7 @@ def test_radices_cover_the_domain_tightly() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(exponent=st.integers(20, 62), offset=st.integers(0, 2**20), key=st.integers(0, 2**64 - 1))
+@given(exponent=st.integers(20, 62), offset=st.integers(0, 2**19), key=st.integers(0, 2**64 - 1))
 def test_huge_sizes_map_a_sample_into_range_distinctly(
     exponent: int, offset: int, key: int
 ) -> None:

@@ -4,6 +4,8 @@
 ``conveyor.collate.default_collate_fn_map``); types registered in torch's are honoured too.
 """
 
+from conveyor.collate import _STRING_OR_OBJECT_DTYPE as np_str_obj_array_pattern
+from conveyor.collate import _UNSUPPORTED_FORMAT as default_collate_err_msg_format
 from conveyor.collate import (
     collate,
     collate_float_fn,
@@ -28,4 +30,7 @@ __all__ = [
     "default_collate",
     "default_collate_fn_map",
     "default_convert",
+    # torch's module-level names that collate functions written for torch import (MONAI)
+    "default_collate_err_msg_format",
+    "np_str_obj_array_pattern",
 ]

@@ -29,14 +29,18 @@ from conveyor.state.loader_state import (
     stateful_sampler,
 )
 from conveyor.stats.counters import StepClock
+from conveyor.torch_compat import TorchLoaderIter
 from conveyor.transport.pinning import pin_memory, pin_memory_available
 
 
-class LoaderIterator:
+class LoaderIterator(TorchLoaderIter):
     """Iterator over one epoch (persistent workers: over every epoch, see ``reset``).
 
     Subclasses implement ``_next_data``. ``len_hint`` is the length the user saw from
-    ``len(loader)`` on an IterableDataset; exceeding it warns, as torch does.
+    ``len(loader)`` on an IterableDataset; exceeding it warns, as torch does. A subclass
+    of torch's ``_BaseDataLoaderIter`` (none of its code runs), as
+    ``conveyor.dataloader._BaseDataLoaderIter``: code that recognises a loader's iterator
+    by torch's class (Lightning leaves it out of pickles) sees conveyor's too.
     """
 
     def __init__(
@@ -345,9 +349,18 @@ class LoaderIterator:
         draw = self._hooks.draw_shared_seed
         return None if draw is None else draw(self._data.generator)
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         """Start a new epoch on the same iterator (persistent workers keep their seeds)."""
         self._begin_epoch(None, draw_base_seed_now=False)
+
+    def _reset(self, loader: object = None, first_iter: bool = False) -> None:
+        """torch's name for `reset`, called by the loader (and by iterators that wrap this
+        one, as PyG's) when persistent workers start the next epoch."""
+        self.reset()
+
+    def _next_index(self) -> Any:
+        """torch's: the next request (index, or list of indices) from the sampler."""
+        return self._next_request()[1]
 
 
 def _check_stream_rebatch(state: LoaderStateDict, change: str) -> None:

@@ -35,14 +35,19 @@ from conveyor.state.loader_state import (
     stream_resume_for,
 )
 from conveyor.state.protocol import has_state
+from conveyor.torch_compat import TorchMultiProcessingLoaderIter
 
 __all__ = ["MultiWorkerIterator"]
 
 _SKIPPED: Any = object()  # a task whose every sample on_error="skip" dropped
 
 
-class MultiWorkerIterator(LoaderIterator):
-    """One epoch of multi-worker loading; with persistent workers, every epoch."""
+class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
+    """One epoch of multi-worker loading; with persistent workers, every epoch.
+
+    A subclass of torch's ``_MultiProcessingDataLoaderIter`` (for ``isinstance``; none of
+    its code runs): its queue-level methods have no counterpart here and raise.
+    """
 
     def __init__(
         self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
@@ -148,7 +153,7 @@ class MultiWorkerIterator(LoaderIterator):
 
     def reset(self) -> None:
         """Start the next epoch on the same workers (``persistent_workers=True``)."""
-        self._reset()
+        super().reset()
         try:
             self._start_epoch(first=False)
         except BaseException:
@@ -345,6 +350,29 @@ class MultiWorkerIterator(LoaderIterator):
         """torch's name for `close`."""
         self.close()
 
+    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
+        """torch's: stop sending tasks to one worker (here: stop the worker)."""
+        self._require_pool().retire(worker_id)
+
+    def _try_get_data(self, timeout: float = 0) -> Any:
+        raise _torch_queue_method("_try_get_data")
+
+    def _get_data(self) -> Any:
+        raise _torch_queue_method("_get_data")
+
+    def _try_put_index(self) -> None:
+        raise _torch_queue_method("_try_put_index")
+
+    def _process_data(self, data: Any, worker_idx: int | None = None) -> Any:
+        raise _torch_queue_method("_process_data")
+
+    @staticmethod
+    def _clean_up_persistent_workers_atexit(*_: Any) -> None:
+        """torch's at-exit hook; conveyor's pools end their workers at exit themselves."""
+
+    def _register_persistent_workers_atexit(self) -> None:
+        """See `_clean_up_persistent_workers_atexit`: nothing to register."""
+
     # --------------------------------------------------------------- shutdown
     def _require_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -367,3 +395,10 @@ class MultiWorkerIterator(LoaderIterator):
     def __del__(self) -> None:
         super().__del__()
         self.close()
+
+
+def _torch_queue_method(name: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{name} is a step of torch's queue-based worker loop, which conveyor's engine does "
+        "not have: use next(iterator)."
+    )

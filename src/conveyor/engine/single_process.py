@@ -14,10 +14,14 @@ from conveyor.engine.plan import LoadPlan
 from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import skip_sink
 from conveyor.state.loader_state import LoaderStateDict, Resume, stream_resume_for
+from conveyor.torch_compat import TorchSingleProcessLoaderIter
 from conveyor.transport.recycled import RecycledBuffers
 
 
-class SingleProcessIterator(LoaderIterator):
+class SingleProcessIterator(LoaderIterator, TorchSingleProcessLoaderIter):
+    """One epoch in the calling thread; torch's ``_SingleProcessDataLoaderIter`` for
+    ``isinstance`` (none of its code runs)."""
+
     def __init__(
         self, plan: LoadPlan, len_hint: Callable[[], int | None], resume: Resume | None = None
     ):

@@ -5,6 +5,7 @@ Adding a kind is one class that follows `WorkerKind` and one entry in `WORKER_KI
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,8 +33,12 @@ WORKER_KINDS: dict[str, Callable[[], WorkerKind]] = {
 }
 
 
-def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> str:
-    """``worker_type`` or its alias ``worker_method``, checked; ``"process"`` by default.
+def resolve_worker_type(
+    worker_type: str | None, worker_method: str | None, context: object = None
+) -> str:
+    """``worker_type`` or its alias ``worker_method``, checked; ``"process"`` by default,
+    ``"thread"`` for a ``multiprocessing_context`` that starts threads (see
+    `context_starts_threads`).
 
     ``worker_method`` also takes torch's name for processes, ``"multiprocessing"``."""
     if worker_method == "multiprocessing":
@@ -43,10 +48,31 @@ def resolve_worker_type(worker_type: str | None, worker_method: str | None) -> s
             f"worker_type={worker_type!r} and its alias worker_method={worker_method!r} "
             "disagree; pass only worker_type"
         )
-    chosen = worker_type or worker_method or "process"
+    chosen = worker_type or worker_method
+    if context_starts_threads(context):
+        if chosen not in (None, "thread"):
+            raise ValueError(
+                f"multiprocessing_context={context!r} starts its workers as threads (its "
+                f"Process is a threading.Thread), but worker_type={chosen!r}; pass "
+                "worker_type='thread' or a context of processes"
+            )
+        chosen = "thread"
+    chosen = chosen or "process"
     if chosen not in WORKER_KINDS:
         raise ValueError(f"worker_type should be one of {tuple(WORKER_KINDS)}, but got {chosen!r}")
     return chosen
+
+
+def context_starts_threads(context: object) -> bool:
+    """True for a multiprocessing context whose ``Process`` is a `threading.Thread`.
+
+    torch's loader only calls ``start``/``is_alive``/``join`` on its workers, so a context
+    can swap in threads (MONAI's ``ThreadDataLoader(use_thread_workers=True)`` does). Such
+    workers share this process: conveyor runs them as its thread workers, which watch
+    their workers without the exit codes and sentinels of real processes.
+    """
+    process = getattr(context, "Process", None)
+    return isinstance(process, type) and issubclass(process, threading.Thread)
 
 
 def worker_kind(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
+
+import torch
 
 from conveyor import sampler as plain
 from conveyor.dataloader import DataLoader
 from conveyor.dataset import Dataset
+from conveyor.engine.worker_kind import MultiprocessingContext
+from conveyor.sampler import Sampler
 from conveyor.state.loader_state import LoaderStateDict
 from conveyor.stateful_dataloader.sampler import BatchSampler, RandomSampler
 from conveyor.stateful_dataloader.torchdata_state import (
@@ -20,8 +23,6 @@ from conveyor.stateful_dataloader.torchdata_state import (
 )
 
 T_co = TypeVar("T_co", covariant=True)
-
-_SIGNATURE = inspect.signature(DataLoader.__init__)
 
 
 class StatefulDataLoader(DataLoader[T_co]):
@@ -46,43 +47,103 @@ class StatefulDataLoader(DataLoader[T_co]):
     def __init__(
         self,
         dataset: Dataset[T_co],
-        *args: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[T_co]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: str | MultiprocessingContext | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
         snapshot_every_n_steps: int | None = 1,
-        **kwargs: Any,
+        worker_type: str | None = None,
+        worker_method: str | None = None,
+        fullsync: bool = False,
+        on_error: str = "raise",
+        max_skipped: int | None = None,
+        profile_stages: bool = False,
+        ray_remote_args: dict[str, Any] | None = None,
+        max_worker_restarts: int | None = None,
+        share_records: bool | None = None,
     ) -> None:
-        # torchdata takes 0 ("snapshot only when asked"); every step is exact here anyway.
-        super().__init__(dataset, *args, snapshot_every_n_steps=snapshot_every_n_steps, **kwargs)
-        self._held_iterator: Any = None
-        given = _SIGNATURE.bind(self, dataset, *args, **kwargs).arguments
-        if given.get("sampler") is None and given.get("batch_sampler") is None:
-            self._use_stateful_samplers(dataset, given.get("generator"))
+        # torchdata's parameters, in torchdata's order (code validates keyword arguments
+        # against this signature: torchtitan), then conveyor's, keyword-only.
+        # snapshot_every_n_steps: torchdata takes 0 ("snapshot only when asked"); every
+        # step is exact here anyway.
+        super().__init__(
+            dataset,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            num_workers,
+            collate_fn,
+            pin_memory,
+            drop_last,
+            timeout,
+            worker_init_fn,
+            multiprocessing_context,
+            generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+            snapshot_every_n_steps=snapshot_every_n_steps,
+            worker_type=worker_type,
+            worker_method=worker_method,
+            fullsync=fullsync,
+            on_error=on_error,
+            max_skipped=max_skipped,
+            profile_stages=profile_stages,
+            ray_remote_args=ray_remote_args,
+            max_worker_restarts=max_worker_restarts,
+            share_records=share_records,
+        )
+        self._conveyor_held_iterator: Any = None
+        if sampler is None and batch_sampler is None:
+            self._use_stateful_samplers(dataset, generator)
 
     def _use_stateful_samplers(self, dataset: Any, generator: Any) -> None:
         """torchdata's substitution, after torch's argument checks have passed."""
-        if self._options.data.iterable_style:
+        options = self._conveyor_options
+        data = options.data
+        if data.iterable_style:
             return
+        sampler, batch_sampler = data.sampler, data.batch_sampler
+        if type(sampler) is plain.RandomSampler:
+            sampler = RandomSampler(dataset, generator=generator)
+        if type(batch_sampler) is plain.BatchSampler:
+            assert data.batch_size is not None
+            batch_sampler = BatchSampler(sampler, data.batch_size, data.drop_last)
         # The facade forbids setting these after __init__; this is still construction.
-        if type(self.sampler) is plain.RandomSampler:
-            object.__setattr__(self, "sampler", RandomSampler(dataset, generator=generator))
-        if type(self.batch_sampler) is plain.BatchSampler:
-            assert self.batch_size is not None
-            stateful = BatchSampler(self.sampler, self.batch_size, self.drop_last)
-            object.__setattr__(self, "batch_sampler", stateful)
+        changed = options.changed("data", sampler=sampler, batch_sampler=batch_sampler)
+        self.__dict__.update(
+            _conveyor_options=changed, sampler=sampler, batch_sampler=batch_sampler
+        )
 
     def __iter__(self) -> Any:
         """As torchdata's loader, hold the epoch's iterator: ``state_dict()`` after leaving
         the loop (``break``) describes where the user stopped. The previous epoch's iterator
         is released (and its workers stopped) when the next one starts."""
-        self._held_iterator = None
+        self._conveyor_held_iterator = None
         iterator = super().__iter__()
-        self._held_iterator = iterator
+        self._conveyor_held_iterator = iterator
         return iterator
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """torchdata's layout, JSON-serialisable; conveyor's exact state under "_conveyor"."""
         ours = super().state_dict()
         view = torchdata_view(
-            ours, self._index_sampler, self.num_workers, self._options.data.iterable_style
+            ours, self._index_sampler, self.num_workers, self._conveyor_options.data.iterable_style
         )
         view[CONVEYOR_KEY] = ours
         encoded: dict[str, Any] = to_json(view)  # one walk over everything
@@ -100,17 +161,3 @@ class StatefulDataLoader(DataLoader[T_co]):
             if ours.get("in_epoch") and "_num_yielded" in state_dict:
                 ours["yielded"] = int(state_dict["_num_yielded"])  # e.g. lowered by accelerate
         super().load_state_dict(ours)
-
-
-def _explicit_signature() -> inspect.Signature:
-    """torch's (and conveyor's) arguments by name, as torchdata's class declares them:
-    frameworks read ``inspect.signature(StatefulDataLoader.__init__)`` to check the keyword
-    arguments they pass on (torchtitan's ``ParallelAwareDataloader``)."""
-    parameters = [
-        p.replace(default=1) if p.name == "snapshot_every_n_steps" else p
-        for p in _SIGNATURE.parameters.values()
-    ]
-    return _SIGNATURE.replace(parameters=parameters)
-
-
-StatefulDataLoader.__init__.__signature__ = _explicit_signature()  # type: ignore[attr-defined]

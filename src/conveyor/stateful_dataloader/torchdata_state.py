@@ -183,7 +183,7 @@ def from_torchdata(state: Mapping[str, Any], loader: Any) -> LoaderStateDict:
             "StatefulDataLoader.load_state_dict: not a state of conveyor's or torchdata's "
             f"StatefulDataLoader (keys: {sorted(state)})"
         )
-    if loader._options.data.iterable_style:
+    if loader._conveyor_options.data.iterable_style:
         raise ValueError(
             "this checkpoint was written by torchdata for an iterable-style dataset; its "
             "worker and dataset states are torchdata's private format, which conveyor cannot "

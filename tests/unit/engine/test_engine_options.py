@@ -59,13 +59,15 @@ def test_loader_attributes_live_in_the_options() -> None:
     assert (loader.num_workers, loader.worker_type, loader.timeout) == (0, "process", 0)
     loader.pin_memory = True
     loader.num_workers = 2
-    assert loader._options.pin.enabled and loader._options.workers.num_workers == 2
+    assert (
+        loader._conveyor_options.pin.enabled and loader._conveyor_options.workers.num_workers == 2
+    )
     with pytest.raises(ValueError, match="num_workers option should be non-negative"):
         loader.num_workers = -1
     with pytest.raises(ValueError, match="batch_size attribute should not be set"):
         loader.batch_size = 3
     loader.worker_type = "thread"
-    assert isinstance(loader._options.workers.kind, ThreadWorkers)
+    assert isinstance(loader._conveyor_options.workers.kind, ThreadWorkers)
 
 
 def test_worker_kinds_come_from_one_factory() -> None:
