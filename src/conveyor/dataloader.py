@@ -28,6 +28,7 @@ from conveyor.engine.loop.options import (
 )
 from conveyor.engine.loop.plan import EpochHooks, LoadPlan
 from conveyor.engine.loop.single_process import SingleProcessIterator
+from conveyor.engine.workers.request_deltas import take_request_counts
 from conveyor.engine.workers.seeding import draw_base_seed
 from conveyor.engine.workers.shared_records import share_records_default
 from conveyor.engine.workers.worker_info import WorkerInfo, get_worker_info
@@ -411,13 +412,14 @@ class DataLoader(TorchDataLoader[T_co]):
             return EpochHooks(all_ranks_have=all_ranks_have)
         # Imported here: they pull in every DataPipe operation, which a loader over a plain
         # Dataset never needs (`import conveyor` time, S4).
-        from conveyor.datapipes.loading import prepare_graph, warn_if_unsharded
+        from conveyor.datapipes.loading import list_once, prepare_graph, warn_if_unsharded
         from conveyor.datapipes.profiling import StageTimers
 
         world_size, rank = world_and_rank()
         if not self._conveyor_warned_unsharded:
             self._conveyor_warned_unsharded = True
             warn_if_unsharded(dataset, max(1, options.workers.num_workers) * world_size)
+        list_once(dataset, collectives.share_text)  # here, before any worker starts
 
         def draw_shared_seed(generator: torch.Generator | None) -> int:
             return collectives.agree_seed(draw_base_seed(generator))
@@ -461,6 +463,7 @@ class DataLoader(TorchDataLoader[T_co]):
     def __iter__(self) -> Any:
         """torch's protocol: a new iterator per epoch, or with persistent workers the one
         from ``_get_iterator`` again, told ``_reset(loader)``."""
+        take_request_counts()  # this epoch's stats count this epoch's remote requests
         workers = self._conveyor_options.workers
         if not (workers.persistent_workers and workers.num_workers > 0):
             return self._get_iterator()

@@ -168,11 +168,13 @@ def world_and_rank() -> tuple[int, int]:
 
 
 class RankCollectives:
-    """The two agreements a DataLoader needs across ranks, over one gloo group.
+    """The agreements a DataLoader needs across ranks, over one gloo group.
 
     ``agree_seed``: every rank uses rank 0's seed (DataPipe shuffles must agree before
-    sharding). ``all_have``: whether every rank still has a batch (``fullsync=True`` stops
-    all ranks together so uneven shards cannot hang DDP). Both are collectives when
+    sharding). ``share_text``: every rank gets rank 0's text (its listing of the shard
+    globs: one listing per job). ``all_have``: whether every rank still has a batch
+    (``fullsync=True`` stops all ranks together so uneven shards cannot hang DDP). All are
+    collectives when
     torch.distributed is initialised with more than one rank: every rank must call them
     in the same order, as ranks running the same epochs do. The gloo group is created on
     first use, so it works beside NCCL training groups.
@@ -193,6 +195,21 @@ class RankCollectives:
         value = torch.tensor([seed], dtype=torch.int64)
         dist.broadcast(value, src=0, group=self._world_group())
         return int(value.item())
+
+    def share_text(self, text: str) -> str:
+        """Rank 0's ``text`` on every rank (sent as UTF-8 bytes in a tensor: never a
+        pickle); with one rank, ``text`` itself."""
+        if world_and_rank()[0] == 1:
+            return text
+        group = self._world_group()
+        data = text.encode() if dist.get_rank() == 0 else b""
+        length = torch.tensor([len(data)], dtype=torch.int64)
+        dist.broadcast(length, src=0, group=group)
+        buffer = torch.zeros(int(length.item()), dtype=torch.uint8)
+        if data:
+            buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        dist.broadcast(buffer, src=0, group=group)
+        return bytes(buffer.numpy()).decode()
 
     def all_have(self, has_batch: bool) -> bool:
         if world_and_rank()[0] == 1:

@@ -17,7 +17,10 @@ The network it models, per direction of every connection:
   stream over a long link is slower than several in parallel;
 - **bandwidth**: a token bucket of ``bandwidth`` bytes per second (with ``burst`` bytes
   of credit), either one per connection or one shared by all connections and both
-  directions (``shared=True``, a single access link).
+  directions (``shared=True``, a single access link);
+- **whole requests** (``request_shaping.py``): a request rate above which the proxy answers
+  ``429``/``503 SlowDown`` with ``Retry-After`` itself, a heavy tail (a share of requests
+  reaches the server late), and a log of every request.
 
 Not modelled: slow start, loss, jitter. Run it as a process (the tests and the
 benchmark do) with ``python latency_proxy.py --upstream HOST:PORT --rtt-ms 25``: it
@@ -37,6 +40,9 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import IO
+
+from request_shaping import RequestRules
 
 __all__ = ["LinkSettings", "ProxyProcess", "TokenBucket", "serve"]
 
@@ -53,6 +59,28 @@ class LinkSettings:
     bandwidth: float | None = None
     burst: int = 256 << 10
     shared: bool = False
+    requests_per_s: float | None = None  # above it: 429/503 answered by the proxy
+    burst_requests: float | None = None  # the bucket (default: one second's requests)
+    throttle_status: int = 429  # or 503 (S3 SlowDown)
+    retry_after: str = "seconds"  # or "date", "none"
+    retry_after_s: int = 1
+    slow_fraction: float = 0.0  # requests that reach the server slow_s late
+    slow_s: float = 0.0
+    seed: int = 0
+    log: str | None = None  # a file: one JSON line per request
+
+    def rules(self, log: IO[str] | None = None) -> RequestRules:
+        return RequestRules(
+            self.requests_per_s,
+            self.burst_requests,
+            throttle_status=self.throttle_status,
+            retry_after=self.retry_after,
+            retry_after_s=self.retry_after_s,
+            slow_fraction=self.slow_fraction,
+            slow_s=self.slow_s,
+            seed=self.seed,
+            log=log,
+        )
 
 
 class TokenBucket:
@@ -91,6 +119,24 @@ class _Direction:
         self.in_flight = 0
         self.arrived = asyncio.Event()
         self.drained = asyncio.Event()
+        self.rules: RequestRules | None = None  # the client's direction: whole requests
+        self.answers: _Direction | None = None  # where the proxy's own answers go
+
+    def _put(self, due: float, data: bytes) -> None:
+        self.queue.append((due, data))
+        self.in_flight += len(data)
+        self.arrived.set()
+
+    def _shape(self, data: bytes, sent: float) -> float | None:
+        """The request rules: None when the proxy answered ``data`` itself, else when it
+        goes on (later for a slow request)."""
+        verdict = self.rules.judge(data) if self.rules is not None and data else None
+        if verdict is None:
+            return sent
+        if verdict.answer is not None and self.answers is not None:
+            self.answers._put(sent + self.settings.rtt, verdict.answer)
+            return None
+        return sent + verdict.extra_delay_s
 
     async def pump_in(self) -> None:
         loop = asyncio.get_running_loop()
@@ -103,9 +149,9 @@ class _Direction:
                 sent = max(loop.time(), self.not_before)
                 if data and self.bucket is not None:
                     sent = self.bucket.reserve(len(data), sent)
-                self.queue.append((sent + self.settings.rtt / 2, data))
-                self.in_flight += len(data)
-                self.arrived.set()
+                shaped = self._shape(data, sent)
+                if shaped is not None:
+                    self._put(shaped + self.settings.rtt / 2, data)
                 if not data:
                     return
         except (ConnectionError, OSError):
@@ -145,6 +191,8 @@ class _Proxy:
         self.settings = settings
         rate, burst = settings.bandwidth, settings.burst
         self.shared = TokenBucket(rate, burst) if rate and settings.shared else None
+        log = open(settings.log, "a") if settings.log else None  # noqa: SIM115 (the proxy's life)
+        self.rules = settings.rules(log)
 
     def _bucket(self) -> TokenBucket | None:
         rate = self.settings.bandwidth
@@ -162,6 +210,8 @@ class _Proxy:
             return
         up = _Direction(client_r, server_w, self.settings, self._bucket(), handshake_done)
         down = _Direction(server_r, client_w, self.settings, self._bucket(), handshake_done)
+        if self.rules.active:
+            up.rules, up.answers = self.rules, down
         tasks = [asyncio.ensure_future(c) for c in (up.pump_in(), up.pump_out())]
         tasks += [asyncio.ensure_future(c) for c in (down.pump_in(), down.pump_out())]
         try:
@@ -197,6 +247,7 @@ class ProxyProcess:
             command += ["--bandwidth", str(settings.bandwidth)]
         if settings.shared:
             command.append("--shared")
+        command += _shaping_arguments(settings)
         self.settings = settings
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.process.stdout is not None
@@ -231,6 +282,28 @@ class ProxyProcess:
         self.close()
 
 
+def _shaping_arguments(settings: LinkSettings) -> list[str]:
+    arguments = []
+    if settings.requests_per_s:
+        arguments += ["--requests-per-s", str(settings.requests_per_s)]
+        arguments += ["--throttle-status", str(settings.throttle_status)]
+        if settings.burst_requests is not None:
+            arguments += ["--burst-requests", str(settings.burst_requests)]
+        arguments += ["--retry-after", settings.retry_after]
+        arguments += ["--retry-after-s", str(settings.retry_after_s)]
+    if settings.slow_fraction:
+        arguments += [
+            "--slow-fraction",
+            str(settings.slow_fraction),
+            "--slow-s",
+            str(settings.slow_s),
+        ]
+        arguments += ["--seed", str(settings.seed)]
+    if settings.log:
+        arguments += ["--log", settings.log]
+    return arguments
+
+
 async def _main(args: argparse.Namespace) -> None:
     host, _, port = args.upstream.rpartition(":")
     settings = LinkSettings(
@@ -239,6 +312,15 @@ async def _main(args: argparse.Namespace) -> None:
         bandwidth=args.bandwidth,
         burst=args.burst,
         shared=args.shared,
+        requests_per_s=args.requests_per_s,
+        burst_requests=args.burst_requests,
+        throttle_status=args.throttle_status,
+        retry_after=args.retry_after,
+        retry_after_s=args.retry_after_s,
+        slow_fraction=args.slow_fraction,
+        slow_s=args.slow_s,
+        seed=args.seed,
+        log=args.log,
     )
     server = await serve((host or "127.0.0.1", int(port)), settings, args.port)
     print(json.dumps({"port": server.sockets[0].getsockname()[1]}), flush=True)
@@ -262,4 +344,13 @@ if __name__ == "__main__":
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes per second")
     parser.add_argument("--burst", type=int, default=LinkSettings.burst)
     parser.add_argument("--shared", action="store_true", help="one bucket for all connections")
+    parser.add_argument("--requests-per-s", type=float, default=None)
+    parser.add_argument("--burst-requests", type=float, default=None)
+    parser.add_argument("--throttle-status", type=int, default=429, choices=(429, 503))
+    parser.add_argument("--retry-after", default="seconds", choices=("seconds", "date", "none"))
+    parser.add_argument("--retry-after-s", type=int, default=1)
+    parser.add_argument("--slow-fraction", type=float, default=0.0)
+    parser.add_argument("--slow-s", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log", default=None, help="append one JSON line per request")
     asyncio.run(_main(parser.parse_args()))

@@ -13,6 +13,7 @@ import glob
 import hashlib
 import io
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -139,6 +140,9 @@ class RangeHandler(SimpleHTTPRequestHandler):
 
 class QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    # read-ahead opens several connections at once: with the default backlog of 5 a burst
+    # of them overflows it, and a dropped SYN is retried by the kernel only after 1 s
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients that time out on purpose close their socket mid-response
@@ -238,9 +242,11 @@ def upload_shards(options: dict[str, Any], shard_set: ShardSet) -> list[str]:
 class Fault:
     """How one request misbehaves.
 
-    ``kind``: ``"serve"`` answers normally; ``"status"`` answers ``status`` with no body;
-    ``"hang"`` reads the request and never answers; ``"stall"`` sends the headers and
-    ``after`` body bytes, then nothing;
+    ``kind``: ``"serve"`` answers normally; ``"status"`` answers ``status`` with no body
+    (and ``headers``, e.g. ``Retry-After``); ``"hang"`` reads the request and never
+    answers; ``"late"`` answers normally after ``seconds``, unless the client closes the
+    connection first (counted in `FaultyServer.abandoned`); ``"stall"`` sends the headers
+    and ``after`` body bytes, then nothing;
     ``"reset"`` sends the headers and ``after`` body bytes, then resets the connection (RST);
     ``"close"`` does the same but closes it cleanly (FIN) with the body unfinished.
     """
@@ -248,6 +254,8 @@ class Fault:
     kind: str
     status: int = 500
     after: int = 0
+    headers: tuple[tuple[str, str], ...] = ()
+    seconds: float = 0.0
 
 
 class FaultyHandler(RangeHandler):
@@ -266,9 +274,33 @@ class FaultyHandler(RangeHandler):
         if self.server.etags == "honour" and wanted is not None and wanted != etag_of(data):
             self.send_error(412, "Precondition Failed")
             return
+        if not self.server.enter():
+            self._status(429, (("Retry-After", "0"),))  # over its concurrency limit
+            return
+        try:
+            if self.server.delay_s:
+                time.sleep(self.server.delay_s)  # a store taking its time: requests overlap
+            self._send_scripted(data, byte_range, body)
+        finally:
+            self.server.leave()
+
+    def _status(self, status: int, headers: tuple[tuple[str, str], ...]) -> None:
+        self.send_response(status, "injected failure")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send_scripted(self, data: bytes, byte_range: str | None, body: bool) -> None:
         fault = self.server.next_fault(self.path)
+        if fault is not None and fault.kind == "late":
+            if self.server.wait_unless_abandoned(self.connection, fault.seconds):
+                return
+            fault = None
         if fault is None or fault.kind == "serve":
             super()._send(data, byte_range, body)
+        elif fault.kind == "status" and fault.headers:
+            self._status(fault.status, fault.headers)
         elif fault.kind == "status":
             self.send_error(fault.status, "injected failure")
         elif fault.kind == "hang":
@@ -315,7 +347,10 @@ class FaultyServer(QuietServer):
 
     ``etags``: ``"none"`` sends no ETag; ``"ignore"`` sends one and ignores ``If-Match``
     (as some servers and proxies do); ``"honour"`` answers 412 when ``If-Match`` differs.
-    `replace` swaps a file's bytes after some requests (a shard rewritten mid-read)."""
+    `replace` swaps a file's bytes after some requests (a shard rewritten mid-read).
+    ``max_in_flight``: requests over that many at once are answered 429 (``Retry-After:
+    0``), as a store throttling a client; ``peak`` is the most served at once; ``delay_s``
+    holds every request that long before its answer."""
 
     daemon_threads = False
     block_on_close = True
@@ -332,6 +367,9 @@ class FaultyServer(QuietServer):
         self.etags = "none"
         self._replacements: dict[str, tuple[int, bytes]] = {}
         self._served: dict[str, int] = {}
+        self.max_in_flight: int | None = None
+        self.delay_s = 0.0
+        self.in_flight = self.peak = self.throttled = self.abandoned = 0
         serve = functools.partial(self.serve_forever, poll_interval=0.05)
         self._thread = threading.Thread(target=serve, name="faulty-http-server")
         self._thread.start()
@@ -355,6 +393,32 @@ class FaultyServer(QuietServer):
             after, replacement = self._replacements[path]
             self._served[path] += 1
             return replacement if self._served[path] > after else data
+
+    def enter(self) -> bool:
+        """A request starts being served, unless that is over ``max_in_flight``."""
+        with self._lock:
+            if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+                self.throttled += 1
+                return False
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def wait_unless_abandoned(self, connection: socket.socket, seconds: float) -> bool:
+        """Wait ``seconds`` (or until `close`); True, counted, if the client closed the
+        connection meanwhile (a cancelled request)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._released.is_set():
+            readable, _, _ = select.select([connection], [], [], 0.01)
+            if readable and not connection.recv(1, socket.MSG_PEEK):
+                with self._lock:
+                    self.abandoned += 1
+                return True
+        return False
 
     def next_fault(self, path: str) -> Fault | None:
         with self._lock:

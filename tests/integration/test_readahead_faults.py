@@ -16,8 +16,7 @@ import pytest
 from remote_servers import Fault, FaultyServer, ShardSet
 from test_remote_faults import FAST, SLACK_S, failure_of, read_keys, shard_keys, shard_path
 
-from conveyor.storage import RemoteOptions, RemoteReadError, get_filesystem
-from conveyor.storage.readahead import ReadAheadStream
+from conveyor.storage import RangedReader, RemoteOptions, RemoteReadError, get_filesystem
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -37,7 +36,7 @@ def faulty(shard_set: ShardSet, fsspec_loop: None) -> Iterator[FaultyServer]:
 def test_shards_are_read_ahead_by_default(faulty: FaultyServer, shard_set: ShardSet) -> None:
     url = faulty.url + shard_path(shard_set, 0)
     with get_filesystem(url, None, RemoteOptions()).open(url, BLOCK) as stream:
-        assert isinstance(stream, ReadAheadStream)
+        assert isinstance(stream, RangedReader) and stream.depth == RemoteOptions().read_ahead
 
 
 def test_a_hanging_server_fails_within_the_read_timeout(

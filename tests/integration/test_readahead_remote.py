@@ -13,8 +13,7 @@ import pytest
 from latency_proxy import LinkSettings, ProxyProcess
 from remote_servers import BUCKET, S3Server
 
-from conveyor.storage import RangedReader, RemoteOptions, get_filesystem
-from conveyor.storage.readahead import ReadAheadStream
+from conveyor.storage import RangedReader, RemoteOptions, get_filesystem, open_early
 
 BLOCK = 256 << 10
 BLOB_BYTES = 16 * BLOCK + 1234  # 16 full blocks and a short one
@@ -46,10 +45,11 @@ def _timed_read(open_stream: Any) -> tuple[float, bytes]:
     return time.perf_counter() - start, b"".join(parts)
 
 
-def _wait_for_window(stream: ReadAheadStream) -> None:
-    """Until every block a (hinted, unread) stream has asked for is in."""
-    _, missing = futures.wait(list(stream._blocks.values()), timeout=10)
-    assert not missing, "the hinted blocks never arrived"
+def _wait_for_window(stream: RangedReader) -> None:
+    """Until every block an (early-opened, unread) stream has asked for is in."""
+    tasks = [block.task for block in stream._blocks.values()]
+    _, missing = futures.wait([t for t in tasks if t is not None], timeout=10)
+    assert not missing, "the early blocks never arrived"
 
 
 def test_read_ahead_reads_the_same_bytes_in_fewer_waited_round_trips(
@@ -58,8 +58,9 @@ def test_read_ahead_reads_the_same_bytes_in_fewer_waited_round_trips(
     options, rtt = slow_options
     one_at_a_time = get_filesystem(URL, options, RemoteOptions(read_ahead=0))
     ahead = get_filesystem(URL, options, RemoteOptions(read_ahead=4))
-    assert isinstance(one_at_a_time.open(URL, BLOCK), RangedReader)
-    assert isinstance(ahead.open(URL, BLOCK), ReadAheadStream)
+    with one_at_a_time.open(URL, BLOCK) as plain_stream, ahead.open(URL, BLOCK) as ahead_stream:
+        assert isinstance(plain_stream, RangedReader) and plain_stream.max_depth == 1
+        assert isinstance(ahead_stream, RangedReader) and ahead_stream.depth == 4
     # one GET per block, each waited for in turn (~17 round trips)
     plain_s, plain = _timed_read(lambda: one_at_a_time.open(URL, BLOCK))
     ahead_s, fetched = _timed_read(lambda: ahead.open(URL, BLOCK))
@@ -70,42 +71,38 @@ def test_read_ahead_reads_the_same_bytes_in_fewer_waited_round_trips(
     assert ahead_s < 0.6 * plain_s, (ahead_s, plain_s)
 
 
-def test_a_hinted_object_is_read_before_it_is_opened(
+def test_an_object_opened_early_is_read_before_it_is_used(
     blob: bytes, slow_options: tuple[dict[str, Any], float]
 ) -> None:
     options, rtt = slow_options
-    fs = get_filesystem(URL, options, RemoteOptions(read_ahead=2))
-    with fs.open(URL, BLOCK) as stream:  # hints wait for the first object's first block
-        stream.read(1)
-    fs.hint(URL)  # type: ignore[attr-defined]
-    hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
-    _wait_for_window(hinted)
-    start = time.perf_counter()
-    with fs.open(URL, BLOCK) as stream:
-        assert stream is hinted
-        first = stream.read(64 << 10)
-    assert time.perf_counter() - start < rtt / 2  # no round trip left to wait for
+    remote = RemoteOptions(read_ahead=2)
+    with get_filesystem(URL, options, remote).open(URL, BLOCK) as current:
+        current.read(1)
+        early = open_early(URL, options, BLOCK, remote, after=current)
+        assert isinstance(early, RangedReader)
+    with early:
+        _wait_for_window(early)
+        start = time.perf_counter()
+        first = early.read(64 << 10)
+        assert time.perf_counter() - start < rtt / 2  # no round trip left to wait for
     assert first == blob[: 64 << 10]
-    fs.release()  # type: ignore[attr-defined]
 
 
-def test_a_hinted_objects_whole_window_is_in_before_it_is_opened(
+def test_an_early_objects_whole_window_is_in_before_it_is_used(
     blob: bytes, slow_options: tuple[dict[str, Any], float]
 ) -> None:
     """Not only the first block: the next shard must not ramp up after the boundary."""
     options, rtt = slow_options
     depth = 3
-    fs = get_filesystem(URL, options, RemoteOptions(read_ahead=depth))
-    with fs.open(URL, BLOCK) as stream:  # hints wait for the first object's first block
-        stream.read(1)
-    fs.hint(URL)  # type: ignore[attr-defined]
-    hinted = fs._read_ahead._hinted[URL]  # type: ignore[attr-defined]
-    assert sorted(hinted._blocks) == list(range(depth))
-    _wait_for_window(hinted)
-    start = time.perf_counter()
-    with fs.open(URL, BLOCK) as stream:
-        assert stream is hinted
-        window = stream.read(depth * BLOCK)
-    assert time.perf_counter() - start < rtt / 2  # the whole window was already here
+    remote = RemoteOptions(read_ahead=depth)
+    with get_filesystem(URL, options, remote).open(URL, BLOCK) as current:
+        current.read(1)
+        early = open_early(URL, options, BLOCK, remote, after=current)
+        assert isinstance(early, RangedReader)
+    with early:
+        assert sorted(early._blocks) == list(range(depth))
+        _wait_for_window(early)
+        start = time.perf_counter()
+        window = early.read(depth * BLOCK)
+        assert time.perf_counter() - start < rtt / 2  # the whole window was already here
     assert window == blob[: depth * BLOCK]
-    fs.release()  # type: ignore[attr-defined]

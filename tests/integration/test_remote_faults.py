@@ -297,3 +297,29 @@ def test_a_host_that_answered_is_retried_when_it_refuses(
     cause = caught.value.__cause__
     assert isinstance(cause, RemoteReadError) and "connection refused" in str(cause)
     assert cause.attempts == FAST.retries + 1  # retried, as a restarting server
+
+
+BUDGET = RemoteOptions(
+    connect_timeout_s=1.0, read_timeout_s=2.0, retries=50, backoff_s=0.05, retry_budget_s=3.0
+)
+
+
+@pytest.mark.parametrize("kind", ["hang", "stall"])
+def test_the_retry_budget_bounds_the_whole_wait(
+    faulty: FaultyServer, shard_set: ShardSet, kind: str
+) -> None:
+    """A server that never answers, or stalls mid-body, every time: the error comes
+    ``retry_budget_s`` after the read stopped making progress (the attempt in progress
+    then is cut short), not a budget plus a read timeout later, and it names the shard,
+    the byte offset and the attempts."""
+    path = shard_path(shard_set, 4)
+    faulty.script(path, *[Fault(kind, after=3000)] * 10)
+    error, elapsed = failure_of([faulty.url + path], remote=BUDGET)
+    cause = error.__cause__
+    assert isinstance(cause, RemoteReadError)
+    assert BUDGET.retry_budget_s - 0.1 <= elapsed <= BUDGET.retry_budget_s + SLACK_S / 3, elapsed
+    offset = 6000 if kind == "stall" else 0  # each stalling answer sent 3000 bytes first
+    assert cause.offset == offset and f"at byte {offset}" in str(error)
+    assert cause.attempts == len(faulty.ranges(path)) == 2  # 2 s, then cut at 3 s
+    assert f"gave up after {cause.attempts} failed attempt(s)" in str(error)
+    assert error.url == faulty.url + path

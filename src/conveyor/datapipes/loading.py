@@ -10,13 +10,15 @@ load as torch's DataLoader loads them (same seeds, same shards), with conveyor's
 from __future__ import annotations
 
 import copy
+import json
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from conveyor.datapipes.base import IterDataPipe
-from conveyor.datapipes.graph import is_any_datapipe
+from conveyor.datapipes.graph import is_any_datapipe, list_dps, traverse_dps
 from conveyor.datapipes.settings import apply_random_seed, apply_sharding, has_sharding
 
 
@@ -30,6 +32,41 @@ def warn_if_unsharded(datapipe: IterDataPipe[Any], consumers: int) -> None:
             UserWarning,
             stacklevel=4,
         )
+
+
+def _listing_nodes(datapipe: Any) -> list[Any]:
+    """Nodes that list a glob (`ShardLister`), in graph order: the same on every rank."""
+    pipes = list_dps(traverse_dps(datapipe))
+    return [dp for dp in pipes if callable(getattr(type(dp), "adopt_listing", None))]
+
+
+def list_once(datapipe: Any, share: Callable[[str], str] | None = None) -> int:
+    """List every glob of the graph here, once, and keep the result in its node, so that
+    the workers (which get the graph after this) never list; returns the nodes listed.
+
+    ``share`` sends rank 0's text to every rank (a collective: every rank calls it, in the
+    same order, with the same graph): rank 0 lists and the others adopt its listing, so a
+    job lists once whatever its ranks and workers. A node that has its listing already
+    keeps it (one listing per job, not per epoch).
+    """
+    nodes = [node for node in _listing_nodes(datapipe) if node.listing_wanted()]
+    if not nodes:
+        return 0
+    if share is None:
+        for node in nodes:
+            node.list_now()
+        return len(nodes)
+    listings = [node.list_now() for node in nodes] if _is_rank_zero() else []
+    received = json.loads(share(json.dumps(listings)))
+    for node, urls in zip(nodes, received, strict=True):
+        node.adopt_listing(urls)
+    return len(nodes)
+
+
+def _is_rank_zero() -> bool:
+    from conveyor.distributed import world_and_rank
+
+    return world_and_rank()[1] == 0
 
 
 def prepare_graph(

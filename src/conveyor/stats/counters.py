@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from conveyor.stats.requests import RequestCounts
+
 if TYPE_CHECKING:
     from conveyor.stats.report import LoaderStats, StageProfile
 
@@ -33,6 +35,7 @@ class StepClock:
         "bytes_moved",
         "certificate",
         "compute_s",
+        "requests",
         "samples",
         "skipped",
         "stage_source",
@@ -58,6 +61,7 @@ class StepClock:
         self.stage_source: Callable[[], tuple[StageProfile, ...]] | None = None
         # the epoch's data-order certificate (conveyor.state.certificate): digest, samples
         self.certificate: tuple[str, int] = ("0" * 16, 0)
+        self.requests = RequestCounts()  # remote requests of the epoch, every process's
 
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
@@ -106,6 +110,7 @@ class StepClock:
             stages=self._stages(),
             epoch_digest=self.certificate[0],
             epoch_samples=self.certificate[1],
+            requests=self.requests,
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:

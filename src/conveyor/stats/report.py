@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from conveyor.stats.requests import RequestCounts
+
 __all__ = ["BOTTLENECK_WAIT_SHARE", "LoaderStats", "StageProfile", "WorkerStats", "merge_stages"]
 
 # Above this share of wall time spent waiting in next(), the loader limits training.
@@ -74,6 +76,7 @@ class LoaderStats:
         return max(self.stages, key=lambda s: s.self_s, default=None)
 
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
+    requests: RequestCounts = field(default_factory=RequestCounts)  # remote, all processes
 
     @property
     def ready_share(self) -> float:
@@ -106,6 +109,18 @@ class LoaderStats:
         busy = [w for w in self.workers if w.batches]
         return max(busy, key=lambda w: w.busy_s / w.batches) if busy else None
 
+    def _requests_note(self) -> str:
+        """Throttles and hedges, when there were any (a store under pressure)."""
+        counts = self.requests
+        notes = []
+        if counts.throttled:
+            notes.append(f"the object store throttled {counts.throttled} of them")
+        if counts.hedged:
+            notes.append(f"{counts.hedged} hedged ({counts.hedge_wins} won)")
+        if not notes:
+            return ""
+        return f", {counts.requests:,} remote requests (" + "; ".join(notes) + ")"
+
     def summary(self) -> str:
         """One line: throughput, data-wait share, and what limits training."""
         head = (
@@ -118,6 +133,7 @@ class LoaderStats:
                 f", {self.ready_share:.0%} of batches ready when asked, "
                 f"workers busy {min(busy, 1.0):.0%}"
             )
+        head += self._requests_note()
         if not self.batches:
             return head + ": nothing loaded yet"
         if not self.loader_is_bottleneck:

@@ -4,9 +4,11 @@ A URL without a scheme (or with ``file://``) is a local path and needs nothing b
 standard library. Other schemes (``s3://``, ``http(s)://``, ``gs://``, ``memory://``, ...)
 go through fsspec, installed with ``pip install conveyor[remote]``. Reads are streaming:
 remote files are fetched in ``block_size`` ranges as they are read, never downloaded whole.
-``http(s)://`` and ``s3://`` objects are read by `RangedReader` (timeouts and retries of
-`RemoteOptions`, resuming at the byte offset reached); other schemes use their fsspec
-driver's own file object, timeouts and retries.
+``http(s)://`` and ``s3://`` objects are read by `RangedReader` (a window of ranged
+requests ahead; timeouts, retries and throttling of `RemoteOptions`, resuming at the byte
+offset reached); other schemes use their fsspec driver's own file object, timeouts and
+retries. `open_early` starts reading an object before it is opened (a consumer's next
+shard); listing calls are counted (`conveyor.storage.request_counts`).
 
 fsspec file-system objects are created once per process and per set of options (a forked
 worker makes its own: event loops and connections do not survive a fork) and kept until
@@ -15,6 +17,7 @@ worker makes its own: event loops and connections do not survive a fork) and kep
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -22,15 +25,15 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from conveyor.storage.answers import RangeSource
 from conveyor.storage.options import RemoteOptions
-from conveyor.storage.ranged import RangedReader, RangeSource
+from conveyor.storage.ranged import RangedReader
 from conveyor.storage.redaction import redact_url
+from conveyor.storage.request_tally import count
 from conveyor.storage.retry import Failure, RetryRun
 
 if TYPE_CHECKING:
     from conveyor.storage.cache import ShardCache
-    from conveyor.storage.range_fetch import AsyncRangeSource
-    from conveyor.storage.readahead import ReadAhead
 
 T = TypeVar("T")
 
@@ -43,8 +46,8 @@ __all__ = [
     "has_glob",
     "is_local",
     "list_files",
+    "open_early",
     "open_url",
-    "prepare_url",
     "release_connections",
     "scheme_of",
 ]
@@ -170,30 +173,6 @@ class RemoteFileSystem:
         self.fs = fs
         self.scheme = scheme
         self.options = options or RemoteOptions()
-        self._read_ahead: ReadAhead | None = None
-
-    def _reader_ahead(self) -> ReadAhead | None:
-        """This file system's `ReadAhead` (made on first use), or None when off or unusable."""
-        if self._read_ahead is None:
-            if self.options.read_ahead < 1 or self.scheme not in _HTTP_SCHEMES | _S3_SCHEMES:
-                return None
-            from conveyor.storage.readahead import ReadAhead, supports
-
-            if not supports(self.fs):
-                return None
-            self._read_ahead = ReadAhead(
-                self.fs,
-                self._async_source,
-                self.options,
-                depth=self.options.read_ahead,
-                max_depth=self.options.widest_read_ahead,
-            )
-        return self._read_ahead
-
-    def _async_source(self, url: str) -> AsyncRangeSource:
-        source = self._source(url)
-        assert source is not None
-        return cast("AsyncRangeSource", source)
 
     def _url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
@@ -238,47 +217,47 @@ class RemoteFileSystem:
                 run.reset()  # the host answered
                 return result
 
+    def _listing(self, url: str, call: Callable[[], T]) -> T:
+        count("listings")
+        return self._retrying(url, call)
+
     def find(self, url: str, recursive: bool) -> list[str]:
         depth = None if recursive else 1
-        paths = self._retrying(url, lambda: self.fs.find(url, maxdepth=depth, withdirs=False))
+        paths = self._listing(url, lambda: self.fs.find(url, maxdepth=depth, withdirs=False))
         return sorted(self._url(path) for path in paths)
 
     def isdir(self, url: str) -> bool:
-        return bool(self._retrying(url, lambda: self.fs.isdir(url)))
+        return bool(self._listing(url, lambda: self.fs.isdir(url)))
 
     def glob(self, pattern: str) -> list[str]:
         return sorted(
-            self._url(path) for path in self._retrying(pattern, lambda: self.fs.glob(pattern))
+            self._url(path) for path in self._listing(pattern, lambda: self.fs.glob(pattern))
         )
 
     def open(self, url: str, block_size: int) -> IO[bytes]:
-        ahead = self._reader_ahead()
-        if ahead is not None:
-            return cast(IO[bytes], ahead.open(url, block_size))
         source = self._source(url)
         if source is not None:
             return cast(IO[bytes], RangedReader(source, self.options, block_size))
         stream: IO[bytes] = self.fs.open(url, "rb", block_size=block_size, cache_type="readahead")
         return stream
 
-    def hint(self, url: str) -> None:
-        """``url`` is about to be opened: start reading it (when read-ahead is on)."""
-        ahead = self._reader_ahead()
-        if ahead is not None:
-            ahead.hint(url)
-
-    def release(self) -> None:
-        """Cancel the reads started for hints nobody took."""
-        if self._read_ahead is not None:
-            self._read_ahead.close()
+    def open_early(self, url: str, block_size: int, after: IO[bytes] | None) -> IO[bytes] | None:
+        """``url`` opened with its first window requested now (once ``after``, the stream
+        read before it, has had its first answer); None when read-ahead is off here."""
+        source = self._source(url) if self.options.read_ahead > 0 else None
+        if source is None:
+            return None
+        reader = RangedReader(source, self.options, block_size)
+        return cast(IO[bytes], reader.start(after if isinstance(after, RangedReader) else None))
 
     def size(self, url: str) -> int:
         source = self._source(url)
         if source is None:
             return int(self.fs.size(url))
-        with RangedReader(source, self.options, 1) as reader:  # one byte's GET gives the size
+        one_at_a_time = dataclasses.replace(self.options, read_ahead=0)
+        with RangedReader(source, one_at_a_time, 1) as reader:  # a 1-byte GET gives the size
             reader.read(1)
-            size = getattr(reader, "size", None)
+            size = reader.size
         if size is None:
             raise OSError(f"{redact_url(url)}: the server does not say the object's size")
         return int(size)
@@ -365,18 +344,22 @@ def open_url(
     return cache.open(url, lambda: fs.open(url, block_size), storage_options)
 
 
-def prepare_url(
+def open_early(
     url: str,
     storage_options: Mapping[str, Any] | None = None,
+    block_size: int = DEFAULT_BLOCK_BYTES,
     remote: RemoteOptions | None = None,
-) -> None:
-    """``url`` will be opened next by this process: start fetching its first bytes now
-    (remote objects with read-ahead on; otherwise nothing)."""
+    after: IO[bytes] | None = None,
+) -> IO[bytes] | None:
+    """``url``, opened now and already being read, for a caller that will read it next
+    (after ``after``, whose first answer its requests wait for); the caller closes it.
+    None for local files and schemes without read-ahead: open them when needed."""
     if scheme_of(url) not in _HTTP_SCHEMES | _S3_SCHEMES:
-        return  # read-ahead covers these; others open as their driver decides
+        return None
     fs = get_filesystem(url, storage_options, remote)
-    if isinstance(fs, RemoteFileSystem):
-        fs.hint(url)
+    if not isinstance(fs, RemoteFileSystem):
+        return None
+    return fs.open_early(url, block_size, after)
 
 
 def _masks(masks: str | Iterable[str]) -> list[str]:
@@ -429,7 +412,6 @@ def release_connections() -> None:
         fs = remote.fs
         if key[0] != os.getpid():
             continue  # inherited through fork: its loop and sockets belong to the parent
-        remote.release()
         closer = getattr(type(fs), "close_session", None)
         for attribute in ("_session", "_s3creator"):
             session = getattr(fs, attribute, None)

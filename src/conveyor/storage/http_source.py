@@ -3,22 +3,25 @@ HTTPFileSystem (its event loop, connection pool, headers and auth).
 
 Timeouts are aiohttp's own (``ClientTimeout(sock_connect=..., sock_read=...)``, set by
 `http_client_timeout` when the file system is created); retries are `RangedReader`'s, so
-a failed request continues at the byte offset reached.
+a failed request continues at the byte offset reached. 429, and 503 with ``Retry-After``,
+are throttles: waited out as long as the server asks.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
+from conveyor.storage.answers import Answer
 from conveyor.storage.options import RemoteOptions
-from conveyor.storage.ranged import Answer
-from conveyor.storage.retry import Failure, classify_builtin, is_retryable_status
+from conveyor.storage.retry import Failure, classify_builtin, is_retryable_status, retry_after_s
 
 __all__ = [
     "HttpSource",
     "HttpStatusError",
     "classify_http",
+    "host_of",
     "http_client_timeout",
     "status_failure",
 ]
@@ -37,22 +40,43 @@ def http_client_timeout(options: RemoteOptions) -> Any:
 
 
 class HttpStatusError(OSError):
-    """An HTTP answer with an error status (kept apart from aiohttp's own error types)."""
+    """An HTTP answer with an error status (kept apart from aiohttp's own error types);
+    ``retry_after``: the seconds its ``Retry-After`` header asked for, if any."""
 
-    def __init__(self, status: int, reason: str, url: str) -> None:
+    def __init__(
+        self, status: int, reason: str, url: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"HTTP {status} {reason}".rstrip())
         self.status = status
         self.url = url
+        self.retry_after = retry_after
 
 
-def status_failure(status: int, reason: str) -> Failure:
-    """An error status: 404/410 are "not found", 412 a changed object, 5xx/408/429 retried."""
+def status_failure(
+    status: int, reason: str, retry_after: float | None = None, slow_down: bool = False
+) -> Failure:
+    """An error status: 404/410 are "not found", 412 a changed object, 5xx/408/429 retried;
+    429, and 503 that says ``Retry-After`` or is S3's ``SlowDown``, are throttles."""
     if status in (404, 410):
         return Failure(reason, retryable=False, status=status, missing=True)
     if status == 412:
         reason += " (the object changed while it was read: its ETag differs)"
         return Failure(reason, retryable=False, status=status, changed=True)
-    return Failure(reason, is_retryable_status(status), status)
+    throttled = status == 429 or (status == 503 and (retry_after is not None or slow_down))
+    if retry_after is not None and throttled:
+        reason += f" (Retry-After: {retry_after:.3g} s)"
+    return Failure(
+        reason,
+        is_retryable_status(status),
+        status,
+        throttled=throttled,
+        retry_after=retry_after if throttled else None,
+    )
+
+
+def host_of(url: str) -> str:
+    """The host (and port) of ``url``, without user-info: what a per-host limit is for."""
+    return urlsplit(url).netloc.rpartition("@")[2].lower()
 
 
 def classify_http(error: BaseException, options: RemoteOptions) -> Failure:
@@ -60,9 +84,11 @@ def classify_http(error: BaseException, options: RemoteOptions) -> Failure:
     import aiohttp
 
     if isinstance(error, HttpStatusError):
-        return status_failure(error.status, str(error))
-    if isinstance(error, aiohttp.ClientResponseError):
-        return status_failure(error.status, f"HTTP {error.status} {error.message}".rstrip())
+        return status_failure(error.status, str(error), error.retry_after)
+    if isinstance(error, aiohttp.ClientResponseError):  # fsspec's listing raises these
+        headers: Any = error.headers or {}
+        waited = retry_after_s(headers.get("Retry-After"))
+        return status_failure(error.status, f"HTTP {error.status} {error.message}".rstrip(), waited)
     if isinstance(error, aiohttp.ConnectionTimeoutError):
         return Failure(f"no connection within {options.connect_timeout_s:g} s", retryable=True)
     if isinstance(error, TimeoutError):
@@ -99,15 +125,7 @@ class HttpSource:
         self.fs = fs
         self.url = url
         self.options = options
-
-    def _sync(self, function: Any, *args: Any) -> Any:
-        from fsspec.asyn import sync
-
-        return sync(self.fs.loop, function, *args)
-
-    def request(self, start: int, end: int, etag: str | None) -> Answer:
-        answer: Answer = self._sync(self.arequest, start, end, etag)
-        return answer
+        self.host = host_of(url)
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         session = await self.fs.set_session()
@@ -133,36 +151,22 @@ class HttpSource:
         if status == 416:  # asked past the end
             _, _, total = _content_range(response.headers.get("Content-Range"))
             return Answer(None, start, start, start if total is None else total)
-        raise HttpStatusError(status, response.reason or "", self.url)
-
-    def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
-        if answer.handle is None:
-            return b"", None
-        result: tuple[bytes, BaseException | None] = self._sync(self.aread, answer, at_least)
-        return result
+        waited = retry_after_s(response.headers.get("Retry-After"))
+        raise HttpStatusError(status, response.reason or "", self.url, waited)
 
     @staticmethod
-    async def aread(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
-        parts: list[bytes] = []
-        got = 0
-        try:
-            while got < at_least:
-                chunk = await answer.handle.content.read(at_least - got)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                got += len(chunk)
-        except Exception as error:  # returned with the bytes that did arrive
-            return b"".join(parts), error
-        return b"".join(parts), None
-
-    def release(self, answer: Answer) -> None:
-        if answer.handle is not None:
-            self._sync(self.arelease, answer.handle)
+    async def aread(answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
+        if answer.handle is None:
+            return b"", None
+        try:  # what has arrived, up to at_most (waiting only while nothing has)
+            return await answer.handle.content.read(at_most), None
+        except Exception as error:
+            return b"", error
 
     @staticmethod
     async def arelease(response: Any) -> None:
-        response.close()  # drops the connection unless the body was read to its end
+        if response is not None:
+            response.close()  # drops the connection unless the body was read to its end
 
     def classify(self, error: BaseException) -> Failure:
         return classify_http(error, self.options)

@@ -1,9 +1,10 @@
 """How remote reads wait and retry: `RemoteOptions`, with defaults from environment variables.
 
 One frozen object says how long a remote read may wait (to connect, and for the next bytes
-of an answer) and how often a failed request is tried again. The defaults aim at training
-jobs: a dead or hanging server is reported within about a minute and a half, while an
-object store that restarts or throttles for up to ~30 s is ridden out without a word.
+of an answer), how often a failed request is tried again, how far ahead it reads and how
+many requests hedging may add. The defaults aim at training jobs: a dead or hanging server
+is reported within a minute (``retry_budget_s``), while an object store that restarts or
+throttles for up to ~30 s is ridden out without a word.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class RemoteOptions:
     sent, or more of the body. A server that accepts and never answers fails after this."""
 
     retries: int = 8
-    """Failed requests in a row that are tried again (0: fail at the first error)."""
+    """Failed requests in a row that are tried again (0: fail at the first error). Throttling
+    answers (429, ``SlowDown``) are not counted here: the budget bounds them."""
 
     backoff_s: float = 0.25
     """Wait before the first retry; doubled for each further one, with jitter (a random
@@ -51,22 +53,29 @@ class RemoteOptions:
     """Cap of one backoff wait."""
 
     retry_budget_s: float = 60.0
-    """No retry starts later than this after the first failure of a run of failures, so a
-    hanging server is reported after about ``retry_budget_s + read_timeout_s``."""
+    """The longest a read waits once it stopped making progress: from the start (or the
+    last byte) of the first failed request of a run of failures to the error, backoffs,
+    ``Retry-After`` waits and the attempt in progress at the end included. A server that
+    accepts and never answers, or stalls mid-body, is reported after this long."""
 
     read_ahead: int = 4
     """Blocks (of the reader's block size, 8 MiB for shards) requested ahead of the reading
     position of an ``http(s)://`` or ``s3://`` object, concurrently, plus the next shard's
-    first blocks while the current one is read; 0 turns read-ahead off (one request at a
-    time, as the reader needs bytes). Memory: about ``(read_ahead + 1) * block`` per open
-    object, twice that with the next shard hinted."""
+    first window while the current one is read; 0 turns read-ahead off (one block at a
+    time, and the next shard opened when it is needed). Memory: about ``read_ahead *
+    block`` per open object, twice that with the next shard started."""
 
     read_ahead_max: int = 8
     """How far the window may grow: it starts at ``read_ahead`` blocks and doubles each
     time the reader has to wait for a block already asked for (a link whose round trip
     is long for its bandwidth), up to this many (at least ``read_ahead``). Memory then up
-    to ``(read_ahead_max + 1) * block`` per open object; on a fast link the window stays
-    at ``read_ahead``."""
+    to ``read_ahead_max * block`` per open object; on a fast link the window stays at
+    ``read_ahead``."""
+
+    hedge_budget: float = 0.05
+    """Requests that hedging may add, as a share of the requests sent (0 turns it off): a
+    range whose first byte is later than the 95th percentile of its peers' is asked for a
+    second time, and the first answer wins (`conveyor.storage.hedging`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -84,6 +93,11 @@ class RemoteOptions:
         for name in ("connect_timeout_s", "read_timeout_s"):
             if getattr(self, name) == 0:
                 raise ValueError(f"RemoteOptions: {name} must be > 0")
+        if self.hedge_budget > 1:
+            raise ValueError(
+                f"RemoteOptions: hedge_budget is a share of requests (0 to 1), got "
+                f"{self.hedge_budget!r}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RemoteOptions:

@@ -1,226 +1,234 @@
-"""`RangedReader`: a remote object read as a seekable stream of ranged requests.
+"""`RangedReader`: a remote object read as a seekable stream of ranged requests, ahead.
 
-Each request asks for the next ``block_bytes`` from the offset reached (``Range: bytes=a-b``)
-and its body is streamed into a small buffer. A request that fails (timeout, reset, 5xx,
-body cut short) is dropped and, after a backoff, asked again *from the byte offset reached*,
-so the caller (a tar reader) sees every byte exactly once, in order. Nothing is requested
-before the first read, so opening and seeking (a resumed shard) cost no round trip; a
-missing object fails at the first read (``FileNotFoundError``), and ``size`` is known from
-the first answer on.
+The one remote reader of ``http(s)://`` and ``s3://`` objects. It keeps a window of
+``depth`` blocks (each one ranged GET, `conveyor.storage.block_fetch`) requested ahead of
+the reading position, running concurrently on fsspec's event loop, and reads each block
+while it arrives: the first bytes of an object come after one round trip, and a block's
+transfer overlaps the parsing of the bytes before it.
 
-Structure, for later read-ahead: `_fill` is the only place that pulls bytes; a prefetching
-variant can keep the next ranges in flight behind it without changing ``read``/``seek``.
-The protocol `RangeSource` is what a backend (HTTP, S3) provides.
+Why a window: asking for the next bytes only when the reader runs out of them costs a
+round trip at every block during which the link carries nothing, and one TCP stream
+moves at most its window per round trip; over a 100 ms link that cut an I/O-bound reader
+to a third (S7 in docs/benchmarks.md). The window starts at ``RemoteOptions.read_ahead``
+blocks and doubles, up to ``read_ahead_max``, each time the reader reaches a block that
+has not fully arrived (the round trip is long for the link's bandwidth); later objects of
+the same host start at the width learned. ``read_ahead=0`` reads one block at a time.
+
+Nothing is requested before the first read (or `start`), so a resumed shard seeks first
+and its first request starts at the saved offset; a seek outside the window drops it and
+anchors the blocks at the new offset (one block at a time until the reading is
+sequential again). The object's size comes with the first answer; only then are blocks
+after the first asked for, so nothing is requested past a small object's end.
+
+`start(after=...)` begins reading at once, for an object opened early (the next shard of
+a consumer, `open_early`): its first block is asked for once ``after`` (the current
+shard's reader) has had its first answer, so that at start-up the next shard does not
+compete with the first batch; the rest of its window once ``after`` has asked for its own
+last block, so that the link goes on from one shard to the next without a gap, and
+without a burst of requests (and memory) at the start of every shard. Memory: at most
+``depth`` blocks per reader (8 MiB each for shards), one more for the next shard.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import io
 import os
-from dataclasses import dataclass
-from typing import Any, Protocol
+from concurrent.futures import CancelledError, Future
+from typing import Any
 
+from conveyor.storage.answers import Answer, RangeSource
+from conveyor.storage.block_fetch import Block, BlockJob, fetch_block
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
-from conveyor.storage.redaction import redact_url
-from conveyor.storage.retry import Failure, ObjectChangedError, RetryRun, classify_failure
+from conveyor.storage.redaction import redact_text, redact_url
+from conveyor.storage.retry import RemoteReadError
 
-__all__ = ["FILL_BYTES", "Answer", "RangeSource", "RangedReader"]
+__all__ = ["Answer", "RangeSource", "RangedReader"]
 
-FILL_BYTES = 1 << 20
-"""Bytes pulled from the network per step at least (fewer at the end of a range): small
-reads (tar headers) then cost a buffer slice, not a trip through the event loop."""
-
-SKIP_BYTES = 1 << 20
-"""A forward seek of at most this many bytes reads through instead of a new request."""
+_learned_depth: dict[str, int] = {}  # per host: the window later readers start with
 
 
-@dataclass
-class Answer:
-    """An open answer to one ranged request: bytes ``start`` up to ``end`` (exclusive, None
-    when unknown) of an object of ``total`` bytes (None when unknown), with the version
-    the server named (``etag``, ``modified``: its ``Last-Modified``), if it did."""
+class RangedReader(io.RawIOBase):
+    """A binary, seekable, read-only stream over ``source`` (retried per `RemoteOptions`).
 
-    handle: Any
-    start: int
-    end: int | None
-    total: int | None
-    etag: str | None = None
-    modified: str | None = None
-
-
-class RangeSource(Protocol):
-    """One remote object's bytes, by ranges (a backend of `RangedReader`)."""
-
-    url: str
-
-    def request(self, start: int, end: int, etag: str | None) -> Answer:
-        """Ask for bytes ``[start, end)`` (``If-Match: etag`` when given); raises on failure
-        (a 412 answer to ``If-Match`` is classified as a changed object).
-
-        An answer may start before ``start`` only when the server ignores ranges (then
-        ``start`` of the answer is 0); a range past the end gives an empty answer."""
-        ...
-
-    def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
-        """At least ``at_least`` more bytes of the answer unless it ends or fails first,
-        and the error that stopped it (bytes read before an error are returned with it)."""
-        ...
-
-    def release(self, answer: Answer) -> None:
-        """Close the answer (its connection is dropped if the body was not read to its end)."""
-        ...
-
-    def classify(self, error: BaseException) -> Failure:
-        """What a failure of ``request`` or ``read`` was: retryable or final."""
-        ...
-
-
-class RangedReader(io.BufferedIOBase):
-    """A binary, seekable, read-only stream over ``source``, retried per `RemoteOptions`.
-
-    ``size`` is the object's size (None until the first answer). Not thread-safe; inert in
-    a forked child (``close`` there forgets the parent's connection instead of using it).
+    ``size`` is the object's size (None until the first answer). One consumer thread;
+    requests run on ``source.fs.loop``. Inert in a forked child (``close`` there forgets
+    the parent's requests instead of touching its event loop).
     """
 
-    def __init__(
-        self,
-        source: RangeSource,
-        options: RemoteOptions,
-        block_bytes: int,
-        fill_bytes: int = FILL_BYTES,
-    ) -> None:
+    def __init__(self, source: RangeSource, options: RemoteOptions, block_bytes: int) -> None:
         super().__init__()
         if block_bytes <= 0:
             raise ValueError(f"block_bytes must be positive, got {block_bytes}")
         self.url = source.url
-        self.size: int | None = None
         self._source = source
-        self._block_bytes = block_bytes
-        self._fill_bytes = max(1, min(fill_bytes, block_bytes))
-        self._retry = RetryRun(options, source.url)
+        self._options = options
+        self.block_bytes = block_bytes
+        # read_ahead=0: one block at a time, never widened
+        self.max_depth = max(1, options.widest_read_ahead) if options.read_ahead else 1
+        start_depth = max(1, options.read_ahead)
+        self.depth = min(self.max_depth, max(start_depth, _learned_depth.get(source.host, 0)))
         self._owner = os.getpid()
-        self._buffer = bytearray()
-        self._taken = 0  # bytes of _buffer already given to the caller
-        self._position = 0  # next byte the caller reads
-        self._answer: Answer | None = None
         self._facts = ObjectFacts()  # the first answer's version pins every later range
+        self._sized: Future[int | None] = Future()
+        self._gate: Future[int | None] | None = None
+        self._anchor = 0  # where block 0 starts
+        self._blocks: dict[int, Block] = {}
+        self._position = 0
+        self._narrow = False  # after a seek: one block at a time until reading goes on
+        self._read_any = False
+        self._follower: RangedReader | None = None  # the reader opened early after this one
+        self._holding = False  # opened early: the first block only, until its turn
 
-    # -- the state: position <= fetched; buffer[taken:] holds bytes [position, fetched)
+    # -- blocks
 
     @property
-    def requests_failed(self) -> int:
-        """Failed requests so far (each one was retried or raised)."""
-        return self._retry.total_failures
+    def size(self) -> int | None:
+        """The object's size once an answer said it, else None."""
+        return self._facts.size
 
-    def _unread(self) -> int:
-        return len(self._buffer) - self._taken
+    @property
+    def first_answer(self) -> Future[int | None]:
+        """Done when the first answer came (with the size), failed, or the reader closed."""
+        return self._sized
 
-    def _fetched(self) -> int:
-        return self._position + self._unread()
+    def start(self, after: RangedReader | None = None) -> RangedReader:
+        """Request the first window now; with ``after``, once that reader's first answer
+        is in. Returns self."""
+        if after is not None:
+            self._gate = after.first_answer
+            self._holding = True
+            after._follower = self
+        self._schedule(0)
+        return self
 
-    def _at_end(self, offset: int) -> bool:
-        return self.size is not None and offset >= self.size
+    def _take_turn(self) -> None:
+        """The reader before this one asked for its last block: ask for the window."""
+        if self._holding and not self.closed:
+            self._holding = False
+            self._schedule(self._index(self._position))
 
-    def _request(self, start: int) -> None:
-        """Open an answer for the block at ``start`` (retrying), or none past the end."""
-        while not self._at_end(start):
-            end = start + self._block_bytes
-            if self.size is not None:
-                end = min(end, self.size)
-            try:
-                answer = self._source.request(start, end, self._facts.if_match())
-                self._admit(answer)
-            except Exception as error:
-                self._retry.failed(classify_failure(error, self._source.classify), start)
-                continue
-            if answer.total is not None:
-                self.size = answer.total
-            if answer.start < start:  # a server without ranges: read through to `start`
-                self._answer = answer
-                self._discard_answer_bytes(start - answer.start)
-            self._answer = answer
+    def _span(self, index: int) -> tuple[int, int]:
+        start = self._anchor + index * self.block_bytes
+        return start, start + self.block_bytes
+
+    def _index(self, offset: int) -> int:
+        return (offset - self._anchor) // self.block_bytes
+
+    def _schedule(self, first: int) -> None:
+        """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
+        learned = _learned_depth.get(self._source.host, 0)  # another reader's, since
+        self.depth = max(self.depth, min(learned, self.max_depth))
+        width = 1 if self._narrow or self._holding else self.depth
+        last = first + width - 1
+        size = self._facts.size
+        if size is not None:
+            final = self._index(max(size, self._anchor + 1) - 1)
+            last = min(last, final)
+            if last == final and self._follower is not None:
+                follower, self._follower = self._follower, None
+                follower._take_turn()  # the link goes on with the next object
+        for index in [i for i in self._blocks if i < first or i > last]:
+            self._blocks.pop(index).cancel()
+        for index in range(first, last + 1):
+            if index not in self._blocks:
+                self._blocks[index] = self._submit(index)
+
+    def _submit(self, index: int) -> Block:
+        start, end = self._span(index)
+        block = Block(start, end)
+        job = BlockJob(
+            block,
+            self._source,
+            self._options,
+            self._facts,
+            self._sized,
+            lead=index == 0,
+            gate=self._gate,
+        )
+        block.task = asyncio.run_coroutine_threadsafe(fetch_block(job), self._source.fs.loop)
+        return block
+
+    def _widen(self) -> None:
+        """The reader reached a block still arriving: keep twice as many in flight."""
+        if self.depth >= self.max_depth:
             return
+        self.depth = min(2 * self.depth, self.max_depth)
+        host = self._source.host
+        _learned_depth[host] = max(_learned_depth.get(host, 0), self.depth)
 
-    def _admit(self, answer: Answer) -> None:
-        """``answer`` if it comes from the version read so far; else it is closed unread and
-        `ObjectChangedError` raised (final: no byte of another version is ever used)."""
-        try:
-            self._facts.admit(answer)
-        except ObjectChangedError:
-            if answer.handle is not None:
-                with contextlib.suppress(Exception):
-                    self._source.release(answer)
-            raise
+    def _block_at(self, index: int) -> Block:
+        block = self._blocks.get(index)
+        if block is None:
+            self._schedule(index)
+            block = self._blocks[index]
+        elif index and self._position == block.start and not block.complete:
+            self._widen()
+            self._schedule(index)
+        return block
 
-    def _discard_answer_bytes(self, count: int) -> None:
-        assert self._answer is not None
-        while count > 0:
-            data, error = self._source.read(self._answer, min(count, self._fill_bytes))
-            if error is not None or not data:
-                shown = redact_url(self.url)
-                raise error or OSError(f"{shown}: answer ended before the range asked for")
-            count -= len(data)
+    # -- reading
 
-    def _drop_answer(self) -> None:
-        answer, self._answer = self._answer, None
-        if answer is None or os.getpid() != self._owner:
-            return  # in a forked child the connection belongs to the parent's event loop
-        with contextlib.suppress(Exception):  # a broken answer's connection is gone anyway
-            self._source.release(answer)
-
-    def _fill(self, want: int) -> None:
-        """Buffer at least ``want`` unread bytes, or all that is left of the object."""
-        while self._unread() < want:
-            fetched = self._fetched()
-            if self._answer is None:
-                if self._at_end(fetched):
-                    return
-                self._request(fetched)
-                if self._answer is None:
-                    return
-            answer = self._answer
-            left_in_answer = None if answer.end is None else answer.end - fetched
-            at_least = max(want - self._unread(), self._fill_bytes)
-            if left_in_answer is not None:
-                at_least = min(at_least, left_in_answer)
-            data, error = self._source.read(answer, at_least) if at_least > 0 else (b"", None)
-            self._append(data)
-            if error is None and data and (left_in_answer is None or len(data) < left_in_answer):
-                continue  # more of this answer to come
-            self._drop_answer()
-            fetched = self._fetched()
-            if error is None and not data and answer.end is None:
-                self.size = fetched  # an answer of unknown length ended: that is the end
-                return
-            if error is None and (answer.end is None or fetched >= answer.end):
-                self._retry.reset()  # the range is complete
-                continue
-            if error is None:
-                error = ConnectionError(f"answer ended at byte {fetched} of {answer.end}")
-            self._retry.failed(self._source.classify(error), fetched)
-
-    def _append(self, data: bytes) -> None:
-        if not data:
-            return
-        if self._taken and self._taken >= len(self._buffer) // 2:
-            del self._buffer[: self._taken]
-            self._taken = 0
-        self._buffer += data
-
-    def _take(self, count: int) -> bytes:
-        count = min(count, self._unread())
-        start = self._taken
-        data = bytes(self._buffer[start : start + count])
-        self._taken += count
-        self._position += count
-        if self._taken == len(self._buffer):
-            self._buffer.clear()
-            self._taken = 0
+    def _chunk(self, limit: int) -> bytes:
+        """Up to ``limit`` bytes at the position (fewer at a piece's end), b"" at the end."""
+        size = self._facts.size
+        if size is not None and self._position >= size:
+            return b""
+        index = self._index(self._position)
+        block = self._block_at(index)
+        offset = self._position - block.start
+        self._wait(block, offset)
+        if block.received <= offset:  # the block ended before: the object ends there
+            return b""
+        data = block.slice(offset, limit)
+        self._position += len(data)
+        if self._position >= block.end:
+            self._narrow = False
+            self._blocks.pop(index, None)
+            self._schedule(index + 1)  # keep the window full
         return data
 
-    # -- io.BufferedIOBase
+    def _wait(self, block: Block, offset: int) -> None:
+        try:
+            block.wait_for(offset)
+        except CancelledError:
+            raise OSError(f"read of {redact_url(self.url)!r} was cancelled") from None
+        error = block.error
+        if error is not None and block.received <= offset:
+            raise _as_read_error(error, self.url)
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._check_open()
+        wanted = -1 if size is None or size < 0 else size
+        self._read_any = True
+        self._holding = False  # its turn has come
+        parts: list[bytes] = []
+        while wanted != 0:
+            chunk = self._chunk(wanted if wanted > 0 else self.block_bytes)
+            if not chunk:
+                break
+            parts.append(chunk)
+            if wanted > 0:
+                wanted -= len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def read1(self, size: int = -1) -> bytes:
+        self._check_open()
+        self._read_any = True
+        self._holding = False
+        return self._chunk(size if size >= 0 else self.block_bytes)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    # -- io.RawIOBase
 
     def readable(self) -> bool:
         return True
@@ -231,66 +239,39 @@ class RangedReader(io.BufferedIOBase):
     def tell(self) -> int:
         return self._position
 
-    def read(self, size: int | None = -1) -> bytes:
-        self._check_open()
-        if size is None or size < 0:
-            parts: list[bytes] = []
-            while True:
-                self._fill(self._block_bytes)
-                if not self._unread():
-                    return b"".join(parts)
-                parts.append(self._take(self._unread()))
-        self._fill(size)
-        return self._take(size)
-
-    def read1(self, size: int = -1) -> bytes:
-        self._check_open()
-        if not self._unread():
-            self._fill(1)
-        return self._take(self._unread() if size < 0 else size)
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._check_open()
         if whence == io.SEEK_CUR:
             offset += self._position
         elif whence == io.SEEK_END:
-            if self.size is None:
-                self._fill(1)  # the first answer says the size
-            if self.size is None:
-                raise OSError(f"{redact_url(self.url)}: size unknown, cannot seek from the end")
-            offset += self.size
+            offset += self._wait_size()
         elif whence != io.SEEK_SET:
             raise ValueError(f"invalid whence {whence}")
         if offset < 0:
             raise ValueError(f"negative seek position {offset}")
-        self._move_to(offset)
-        return self._position
+        index = self._index(offset)
+        if offset < self._anchor or index not in self._blocks:
+            self._reanchor(offset)
+        self._position = offset
+        return offset
 
-    def _move_to(self, target: int) -> None:
-        ahead = target - self._position
-        if ahead == 0:
-            return
-        answer = self._answer
-        reachable = answer is not None and (answer.end is None or target <= answer.end)
-        if 0 < ahead <= self._unread() or (
-            ahead > 0 and reachable and target - self._fetched() <= SKIP_BYTES
-        ):
-            while self._position < target:  # read through: cheaper than a new request
-                self._fill(min(target - self._position, self._fill_bytes))
-                if not self._take(target - self._position):
-                    break  # past the end: position stops at the end, as files do
-            self._position = max(self._position, target)
-            return
-        self._drop_answer()
-        self._buffer.clear()
-        self._taken = 0
-        self._position = target
+    def _reanchor(self, offset: int) -> None:
+        for block in self._blocks.values():
+            block.cancel()
+        self._blocks.clear()
+        self._anchor = offset
+        self._narrow = self._read_any  # random access narrows; a resume does not
+
+    def _wait_size(self) -> int:
+        """The object's size, waiting for the first answer if need be."""
+        if self._facts.size is None:
+            if not self._blocks:
+                self._schedule(self._index(self._position))
+            lead = self._blocks.get(0) or self._blocks[min(self._blocks)]
+            self._wait(lead, 0)
+        if self._facts.size is None:
+            raise OSError(f"{redact_url(self.url)}: size unknown, cannot seek from the end")
+        return self._facts.size
 
     def _check_open(self) -> None:
         if self.closed:
@@ -300,7 +281,26 @@ class RangedReader(io.BufferedIOBase):
         if self.closed:
             return
         try:
-            self._drop_answer()
-            self._buffer = bytearray()
+            if os.getpid() == self._owner:  # in a forked child they are the parent's
+                for block in self._blocks.values():
+                    block.cancel()
+                if not self._sized.done():
+                    self._sized.cancel()  # a reader waiting for this one's first answer goes on
+            self._blocks = {}
+            follower, self._follower = self._follower, None
+            if follower is not None:
+                follower._take_turn()
         finally:
             super().close()
+
+
+def _as_read_error(error: BaseException, url: str) -> BaseException:
+    """Final errors as they are (they name the object and the offset); anything else as an
+    `OSError` whose words are redacted."""
+    if isinstance(error, FileNotFoundError | RemoteReadError):
+        return error
+    shown = redact_url(url)
+    if isinstance(error, asyncio.CancelledError):
+        return OSError(f"read of {shown!r} was cancelled")
+    reason = redact_text(f"{type(error).__name__}: {error}")
+    return OSError(f"reading {shown!r}: {reason}")

@@ -11,10 +11,10 @@ import contextlib
 import re
 from typing import Any
 
-from conveyor.storage.http_source import classify_http, status_failure
+from conveyor.storage.answers import Answer
+from conveyor.storage.http_source import classify_http, host_of, status_failure
 from conveyor.storage.options import RemoteOptions
-from conveyor.storage.ranged import Answer
-from conveyor.storage.retry import Failure
+from conveyor.storage.retry import Failure, retry_after_s
 
 __all__ = ["S3Source", "classify_s3", "s3_config_defaults"]
 
@@ -22,6 +22,9 @@ _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _MISSING_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
 _RETRY_CODES = frozenset(
     {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling"}
+)
+_THROTTLE_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
 )
 
 
@@ -42,16 +45,22 @@ def s3_config_defaults(options: RemoteOptions) -> dict[str, Any]:
 
 def _client_error_failure(error: Any) -> Failure:
     response: dict[str, Any] = getattr(error, "response", None) or {}
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0) or None
+    metadata = response.get("ResponseMetadata", {})
+    status = int(metadata.get("HTTPStatusCode") or 0) or None
     code = str(response.get("Error", {}).get("Code", ""))
     reason = f"HTTP {status} {code}" if status else code or str(error)
+    waited = retry_after_s((metadata.get("HTTPHeaders") or {}).get("retry-after"))
     if code in _MISSING_CODES:
         return Failure(reason, retryable=False, status=status, missing=True)
+    if code in _THROTTLE_CODES or status == 429:
+        if waited is not None:
+            reason += f" (Retry-After: {waited:.3g} s)"
+        return Failure(reason, True, status, throttled=True, retry_after=waited)
     if code in _RETRY_CODES:
-        return Failure(reason, retryable=True, status=status)
+        return status_failure(status, reason, waited) if status else Failure(reason, True)
     if code == "PreconditionFailed":
         status = 412
-    return status_failure(status, reason) if status else Failure(reason, retryable=False)
+    return status_failure(status, reason, waited) if status else Failure(reason, retryable=False)
 
 
 def classify_s3(error: BaseException, options: RemoteOptions) -> Failure:
@@ -86,15 +95,10 @@ class S3Source:
         self.url = url
         self.options = options
         self._bucket, self._key, self._version = fs.split_path(url)
-
-    def _sync(self, function: Any, *args: Any) -> Any:
-        from fsspec.asyn import sync
-
-        return sync(self.fs.loop, function, *args)
-
-    def request(self, start: int, end: int, etag: str | None) -> Answer:
-        answer: Answer = self._sync(self.arequest, start, end, etag)
-        return answer
+        endpoint = getattr(fs, "endpoint_url", None)
+        endpoint = endpoint or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+        # a throttling store limits a bucket (a prefix, strictly): one limit per bucket
+        self.host = (host_of(endpoint) if endpoint else "s3") + "/" + self._bucket
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
@@ -127,33 +131,19 @@ class S3Source:
             return Answer(response["Body"], int(first), int(last) + 1, size, *version)
         return Answer(response["Body"], 0, length, length, *version)
 
-    def read(self, answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
+    @staticmethod
+    async def aread(answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
         if answer.handle is None:
             return b"", None
-        result: tuple[bytes, BaseException | None] = self._sync(self.aread, answer, at_least)
-        return result
-
-    @staticmethod
-    async def aread(answer: Answer, at_least: int) -> tuple[bytes, BaseException | None]:
-        parts: list[bytes] = []
-        got = 0
-        try:
-            while got < at_least:
-                chunk = await answer.handle.read(at_least - got)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                got += len(chunk)
-        except Exception as error:  # returned with the bytes that did arrive
-            return b"".join(parts), error
-        return b"".join(parts), None
-
-    def release(self, answer: Answer) -> None:
-        if answer.handle is not None:
-            self._sync(self.arelease, answer.handle)
+        try:  # what has arrived, up to at_most (waiting only while nothing has)
+            return await answer.handle.read(at_most), None
+        except Exception as error:
+            return b"", error
 
     @staticmethod
     async def arelease(body: Any) -> None:
+        if body is None:
+            return
         raw = getattr(body, "raw_stream", None)
         if raw is not None and hasattr(raw, "release"):
             raw.release()  # keeps the connection when the body was read to its end

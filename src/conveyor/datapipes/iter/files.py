@@ -1,8 +1,12 @@
 """Files: ``list_files``, ``open_files`` and ``read_from_stream``, local or remote (fsspec).
 
-Nothing is listed or opened before the first item is pulled, so a pipeline built in the
-main process lists its files inside each worker. Remote URLs need
+Nothing is listed or opened before the first item is pulled. Remote URLs need
 ``pip install conveyor[remote]``.
+
+A path that says which one its consumer opens after it (`UrlWithNext`, as `ShardLister`
+yields them) lets ``open_files`` start reading that next remote object while the current
+one is read: the next-shard hint travels down the graph with the item, so every consumer
+(a thread worker, a process worker) keeps its own, and nothing is shared per process.
 """
 
 from __future__ import annotations
@@ -22,10 +26,29 @@ from conveyor.storage import (
     ShardCache,
     is_local,
     list_files,
+    open_early,
     open_url,
 )
 
-__all__ = ["FileLister", "FileOpener", "StreamReader"]
+__all__ = ["FileLister", "FileOpener", "StreamReader", "UrlWithNext"]
+
+
+class UrlWithNext(str):
+    """A URL (a plain ``str`` to everyone else) that names the one its consumer reads
+    after it: ``open_files`` starts reading ``next_url`` early. ``start``: the byte to read
+    it from (a shard another consumer had begun, `conveyor.datapipes.iter.shards.ShardURL`)."""
+
+    next_url: str | None
+    start: int
+
+    def __new__(cls, url: str, next_url: str | None, start: int = 0) -> UrlWithNext:
+        made = super().__new__(cls, url)
+        made.next_url = next_url
+        made.start = start
+        return made
+
+    def __reduce__(self) -> tuple[type[UrlWithNext], tuple[str, str | None, int]]:
+        return (UrlWithNext, (str(self), self.next_url, self.start))
 
 
 def _as_pipe(root: str | Sequence[str] | IterDataPipe[str]) -> IterDataPipe[str]:
@@ -105,7 +128,10 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
     ``block_size`` ranges (never downloaded whole) or, with a `ShardCache`, read from and
     copied into a local cache; ``remote`` sets their timeouts and retries (default:
     `RemoteOptions.from_env`). ``http(s)``/``s3`` objects are requested at the first read,
-    so a missing one fails there. A file that cannot be opened raises `SampleError` naming
+    so a missing one fails there. A path that names its successor (`UrlWithNext`) has the
+    successor opened early, its first window requested once the current file's first
+    answer is in (remote objects with read-ahead, no cache), and kept for the next pull.
+    A file that cannot be opened raises `SampleError` naming
     it, or is counted and skipped under ``on_error="skip"`` (or an `ErrorPolicy`).
     Streams belong to the consumer, who closes them (``load_from_tar`` and
     ``read_from_stream`` close each stream when done with it or when their run ends).
@@ -138,11 +164,22 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
         self.policy = as_policy(on_error)
         self.remote = remote
 
-    def _open(self, path: str) -> IO[Any]:
-        stream = open_url(path, self.storage_options, self.block_size, self.cache, self.remote)
+    def _open(self, path: str, early: IO[bytes] | None = None) -> IO[Any]:
+        stream = early or open_url(
+            path, self.storage_options, self.block_size, self.cache, self.remote
+        )
         if "b" in self.mode:
             return stream
         return io.TextIOWrapper(stream, encoding=self.encoding)
+
+    def _open_early(self, path: str, after: IO[Any]) -> IO[bytes] | None:
+        if self.cache is not None:
+            return None  # a cached file may need no network at all
+        raw = getattr(after, "buffer", after)  # a text stream's bytes
+        try:
+            return open_early(path, self.storage_options, self.block_size, self.remote, raw)
+        except Exception:  # opening it when it is needed says what is wrong, in order
+            return None
 
     def _make_cursor(self, state: StateDict | None) -> Cursor[tuple[str, IO[Any]]]:
         return _OpenerCursor(self, state)
@@ -158,8 +195,9 @@ class FileOpener(IterDataPipe[tuple[str, IO[Any]]]):
 class _OpenerCursor(SourceCursor[tuple[str, IO[Any]]]):
     def __init__(self, node: FileOpener, state: StateDict | None) -> None:
         super().__init__(node.datapipe, state, "FileOpener")
-        self._open = node._open
+        self._node = node
         self._policy = node.policy
+        self._early: tuple[str, IO[bytes]] | None = None  # this consumer's next file
 
     def next(self) -> tuple[str, IO[Any]]:
         while True:
@@ -167,14 +205,38 @@ class _OpenerCursor(SourceCursor[tuple[str, IO[Any]]]):
                 path = self.source.nonblocking_next()
             except StopIteration:
                 self._policy.end_of_stream()
+                self._drop_early()
                 raise
             try:
-                stream = self._open(path)
+                stream = self._node._open(path, self._take_early(path))
             except Exception as error:  # OSError, or an HTTP/S3 client error
                 reason = f"cannot open: {type(error).__name__}: {error}"
                 self._policy.handle(SampleError(reason, str(path)))
                 continue
+            following = getattr(path, "next_url", None)
+            if following is not None:
+                early = self._node._open_early(str(following), stream)
+                self._early = None if early is None else (str(following), early)
             return path, stream
+
+    def _take_early(self, path: str) -> IO[bytes] | None:
+        """The stream opened early for ``path``, if that is the one (else it is closed)."""
+        early, self._early = self._early, None
+        if early is None:
+            return None
+        if early[0] == str(path):
+            return early[1]
+        early[1].close()
+        return None
+
+    def _drop_early(self) -> None:
+        early, self._early = self._early, None
+        if early is not None:
+            early[1].close()
+
+    def close(self) -> None:
+        self._drop_early()
+        super().close()
 
 
 class StreamReader(IterDataPipe[tuple[str, bytes]]):

@@ -15,7 +15,7 @@ from conveyor.datapipes.base import Cursor, IterDataPipe, SourceCursor, StateDic
 from conveyor.datapipes.iter import shard_state
 from conveyor.datapipes.iter.combinatorics import Shuffler
 from conveyor.datapipes.iter.decoding import RoutedDecoder
-from conveyor.datapipes.iter.files import FileOpener
+from conveyor.datapipes.iter.files import FileOpener, UrlWithNext
 from conveyor.datapipes.iter.shard_state import is_flat
 from conveyor.datapipes.iter.sharding import SHARDING_PRIORITIES, check_shard, combine_groups
 from conveyor.datapipes.iter.tar import TarArchiveLoader, WebDataset
@@ -30,9 +30,10 @@ from conveyor.storage import (
     DEFAULT_BLOCK_BYTES,
     RemoteOptions,
     ShardCache,
-    prepare_url,
+    expand_braces,
     resolve_urls,
 )
+from conveyor.storage.filesystems import has_glob
 from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["ShardLister", "ShardURL", "TarShards", "consumer_slot"]
@@ -60,8 +61,10 @@ def consumer_slot() -> tuple[int, int]:
 class ShardLister(IterDataPipe[str]):
     """Yields this consumer's shard URLs, shuffled per epoch if asked (a source node).
 
-    ``urls``: a URL, a list, brace ranges (``shard-{000..099}.tar``) or globs, resolved at
-    the first pull (so remote listing happens in the workers).
+    ``urls``: a URL, a list, brace ranges (``shard-{000..099}.tar``) or globs. Globs are
+    listed once per job: by a `conveyor.DataLoader` in its main process before the
+    workers start (on rank 0, for every rank, under torch.distributed), and handed to the
+    workers with the graph; iterated on its own, at the first pull. Workers never list.
 
     Sharding: shardable (the RFC's ``is_shardable``); ``apply_sharding(n, i, group)`` as
     for ``sharding_filter`` (DISTRIBUTED and MULTIPROCESSING groups combine). If nothing
@@ -73,9 +76,10 @@ class ShardLister(IterDataPipe[str]):
     base seed of the DataLoader worker, else ``seed`` plus the pass number, else one
     drawn from torch's generator. ``set_shuffle`` turns it on or off.
 
-    Read-ahead: handing out a shard, it starts reading this consumer's next one (remote
-    objects, unless ``RemoteOptions(read_ahead=0)`` or ``prepare_next=False``), so that a
-    shard boundary costs no round trip.
+    Read-ahead: each URL it yields names this consumer's next shard (`UrlWithNext`), so
+    that ``open_files`` starts reading it while the current one is read (remote objects,
+    unless ``RemoteOptions(read_ahead=0)`` or ``prepare_next=False``): a shard boundary
+    costs no round trip. The hint travels with the item, so thread workers each keep theirs.
 
     State: an elastic progress (`conveyor.state.elastic`): the pass's shard order (its
     seed), what was left to read when the pass began, this consumer's slot and how many
@@ -104,6 +108,23 @@ class ShardLister(IterDataPipe[str]):
         self.groups: dict[int, tuple[int, int]] = {}
         self._set_seed: int | None = None
         self._passes = 0
+        self._listed: list[str] | None = None  # the globs' result, once per job
+
+    # -- listing (once per job: `conveyor.datapipes.loading.list_once`)
+
+    def listing_wanted(self) -> bool:
+        """Whether the URLs hold globs (a listing to make once and hand out)."""
+        return any(has_glob(url) for entry in self.urls for url in expand_braces(entry))
+
+    def list_now(self) -> list[str]:
+        """The concrete shard URLs, listed here unless a listing was handed over."""
+        if self._listed is None:
+            self._listed = resolve_urls(self.urls, self.storage_options, self.remote)
+        return list(self._listed)
+
+    def adopt_listing(self, urls: Sequence[str]) -> None:
+        """Use ``urls`` (listed elsewhere: the main process, rank 0) instead of listing."""
+        self._listed = [str(url) for url in urls]
 
     def is_shardable(self) -> bool:
         return True
@@ -176,7 +197,7 @@ class _ShardCursor(Cursor[str]):
 
     def __init__(self, node: ShardLister, state: StateDict | None) -> None:
         consumers, consumer = node._slot()
-        urls = resolve_urls(node.urls, node.storage_options, node.remote)
+        urls = node.list_now()
         if state is None:
             seed = node._pass_seed() if node.shuffle_shards else None
             base: Any = fresh_progress(_identity(urls, seed))
@@ -211,9 +232,8 @@ class _ShardCursor(Cursor[str]):
             raise StopIteration
         url = self._entry(self.index)
         self.index += 1
-        node = self._node
-        if node.prepare_next and self.index < self._length:
-            prepare_url(self._entry(self.index), node.storage_options, node.remote)
+        if self._node.prepare_next and self.index < self._length:
+            return UrlWithNext(url, str(self._entry(self.index)), getattr(url, "start", 0))
         return url
 
     def state(self) -> StateDict:

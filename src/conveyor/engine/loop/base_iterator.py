@@ -18,6 +18,7 @@ from conveyor.engine.resume.rank_resume import (
     replica_state,
 )
 from conveyor.engine.workers.pin_thread import warn_unpinnable
+from conveyor.engine.workers.request_deltas import take_request_counts
 from conveyor.engine.workers.seeding import draw_base_seed
 from conveyor.formats.skips import SkipRecord
 from conveyor.sampler import BatchSampler
@@ -310,6 +311,7 @@ class LoaderIterator(TorchLoaderIter):
             else:
                 data = self._next_data_in_step(all_ranks_have)
         except StopIteration:
+            clock.requests += take_request_counts()
             if not self.finished:
                 self.finished = True
                 self._skips.report()
@@ -317,6 +319,7 @@ class LoaderIterator(TorchLoaderIter):
             raise
         clock.leave(entered, self._batch_samples)
         self._certify()
+        clock.requests += take_request_counts()  # this process's: listing, thread workers
         self._num_yielded += 1
         if self._data.iterable_style:
             self._check_len_hint()

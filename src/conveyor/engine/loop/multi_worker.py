@@ -241,6 +241,8 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
         info = reply.info
         if info is not None:
             self.clock.worker_did(worker_id, info.busy_s)
+            if info.requests:
+                self.clock.requests += info.requests
             self._record_skips(info.skips)
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages

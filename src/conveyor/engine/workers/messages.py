@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from conveyor.formats.skips import SkipRecord
+from conveyor.stats.requests import RequestCounts
 
 __all__ = [
     "END",
@@ -85,6 +86,7 @@ class BatchInfo(NamedTuple):
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
     samples: int = 0  # samples in the batch
     digest: tuple[int, int] | None = None  # (digest, count) of its samples' identities
+    requests: RequestCounts | None = None  # remote requests made since the last reply
 
 
 class Reply(NamedTuple):

@@ -24,6 +24,7 @@ from conveyor.engine.workers.messages import (
     WorkerMessage,
 )
 from conveyor.engine.workers.remote_error import RemoteError
+from conveyor.engine.workers.request_deltas import take_request_counts
 from conveyor.engine.workers.seeding import numpy_seed_state
 from conveyor.engine.workers.worker_info import WorkerInfo, WorkerRandom
 from conveyor.engine.workers.worker_kind import WorkerSetup
@@ -133,8 +134,15 @@ def _answer(
         state = _packed(fetcher.captured) if capture else None
         stages = timers.snapshot()
         busy = time.perf_counter() - started
+        requests = take_request_counts()
         info = BatchInfo(
-            busy, state, fetcher.take_skips(), stages, fetcher.last_count, fetcher.last_digest
+            busy,
+            state,
+            fetcher.take_skips(),
+            stages,
+            fetcher.last_count,
+            fetcher.last_digest,
+            requests,
         )
         return Reply(task.task_id, msg.OK, data, info)
     except BatchSkipped:
@@ -145,6 +153,7 @@ def _answer(
         # a stream's state after its end goes with END: a dataset may count its epochs
         state = _packed(fetcher.state()) if cadence.stateful else None
         info = BatchInfo(time.perf_counter() - started, state, fetcher.take_skips(), None)
+        info = info._replace(requests=take_request_counts())
         if isinstance(fetcher, IterableFetcher):
             return Reply(task.task_id, msg.END, None, info)
         return Reply(task.task_id, msg.ERROR, RemoteError(where), info)
