@@ -92,6 +92,8 @@ def test_the_users_own_frozen_objects_stay_frozen() -> None:
         frozen = gc.get_freeze_count()
         loader = conveyor.DataLoader(Range(4), batch_size=2, num_workers=2)
         assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
-        assert frozen > 0 and gc.get_freeze_count() >= frozen
+        # still frozen (gc.unfreeze() would empty the permanent generation); a frozen object
+        # may still die by reference counting (a module global replaced), so not all
+        assert frozen > 0 and gc.get_freeze_count() >= frozen * 0.99
     finally:
         gc.unfreeze()
