@@ -25,6 +25,7 @@ from conveyor.engine.seeding import seed_process_rngs
 from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
 from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
 from conveyor.string_table import warn_copy_on_read
+from conveyor.transport.cuda_host import cuda_registrar
 
 if TYPE_CHECKING:
     from conveyor.engine.zygote import Zygote
@@ -133,7 +134,10 @@ class ProcessWorkers:
             main = getattr(sys.modules.get("__mp_main__"), "__file__", "the main module")
             raise UnguardedMainError(UNGUARDED_MAIN.format(main=main))
         context = setup.workers.context
-        pool = ProcessPool(setup, context, zygote=self._zygote_for(context))
+        # pin_memory=True on CUDA: the slabs themselves become pinned memory, so the pin
+        # thread's pin function finds the batch pinned already and copies nothing
+        registrar = cuda_registrar() if pin is not None else None
+        pool = ProcessPool(setup, context, zygote=self._zygote_for(context), registrar=registrar)
         if pin is None:
             return pool, None
         return PinningPool(pool, pin), None  # pinned in a background thread
