@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
+    from conveyor.device import DeviceLoader, to_device
     from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
     from conveyor.sharded_stream import ShardedStream
@@ -70,6 +71,7 @@ __all__ = [
     "DataChunk",
     "DataLoader",
     "Dataset",
+    "DeviceLoader",
     "DistributedSampler",
     "GlobalShuffleSampler",
     "IterDataPipe",
@@ -100,6 +102,7 @@ __all__ = [
     "random_split",
     "runtime_validation",
     "runtime_validation_disabled",
+    "to_device",
 ]
 
 
@@ -122,6 +125,8 @@ _LAZY = {
     "ShardedStream": "conveyor.sharded_stream",
     "merge_checkpoints": "conveyor.state.loader_state",
     "TarShards": "conveyor.datapipes.iter.shards",
+    "DeviceLoader": "conveyor.device",
+    "to_device": "conveyor.device",
 }
 
 
