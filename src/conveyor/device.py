@@ -124,5 +124,15 @@ def to_device(
     non_blocking: bool = True,
 ) -> DeviceLoader:
     """``loader``'s batches delivered on ``device``, copied ``depth`` batches ahead on a side
-    stream: ``for batch in conveyor.to_device(loader, "cuda"): ...``. See `DeviceLoader`."""
+    stream: ``for batch in conveyor.to_device(loader, "cuda"): ...``.
+
+    Args:
+        loader: Any iterable of batches (conveyor's loaders are checkpointable through it).
+        device: ``"cuda"``, ``"cuda:N"``, a ``torch.device``, or ``"cpu"``.
+        depth: Batches copied ahead of the one in use.
+        non_blocking: Asynchronous copies (from pinned memory: ``pin_memory=True``).
+
+    Returns:
+        A `DeviceLoader` (iterable, ``len()``, ``state_dict()``/``load_state_dict()``).
+    """
     return DeviceLoader(loader, device, depth, non_blocking)
