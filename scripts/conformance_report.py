@@ -1,10 +1,10 @@
 """Helpers of scripts/conformance.sh: rewrite upstream tests to conveyor, and compare results.
 
-    conformance_report.py adapt TEST_DIR         let older upstream files run on torch 2.13
-                                                 (both sides get the same adaptation)
-    conformance_report.py rewrite TEST_DIR       rewrite every .py file below TEST_DIR in place
-    conformance_report.py report RESULTS FILE... print the pass/fail/skip table and the tests
-                                                 that pass on torch but not on conveyor
+conformance_report.py adapt TEST_DIR         let older upstream files run on torch 2.13
+                                             (both sides get the same adaptation)
+conformance_report.py rewrite TEST_DIR       rewrite every .py file below TEST_DIR in place
+conformance_report.py report RESULTS FILE... print the pass/fail/skip table and the tests
+                                             that pass on torch but not on conveyor
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def rewrite_source(text: str) -> str:
     else:
         first = _FIRST_IMPORT.search(text)
         at = first.start() if first else 0
-    return text[:at] + "import conveyor  # conformance: rewritten from torch.utils.data\n" + text[at:]
+    return (
+        text[:at] + "import conveyor  # conformance: rewritten from torch.utils.data\n" + text[at:]
+    )
 
 
 def rewrite_tree(test_dir: Path) -> None:

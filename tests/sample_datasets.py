@@ -197,3 +197,32 @@ class Nested:
     def __getitem__(self, i: int) -> torch.Tensor:
         rows = [torch.full((length, 3), float(i)) for length in (1, i + 2)]
         return torch.nested.nested_tensor(rows)
+
+
+class FileList:
+    """A file list as ImageFolder keeps one: ``samples`` is a plain list of (path, label).
+
+    Each item also says what holds the records in this worker (``list`` for the user's
+    list, ``RecordTable`` for conveyor's shared table) and the worker's pid.
+    """
+
+    def __init__(self, records: list[Any]):
+        self.samples = records
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[Any, str, int]:
+        return self.samples[i], type(self.samples).__name__, os.getpid()
+
+
+def file_records(n: int) -> list[Any]:
+    """``n`` records of several plain shapes (str, int, float, None, bytes, nested tuples)."""
+    shapes = (
+        lambda i: (f"/data/img_{i:08d}.jpg", i % 1000),
+        lambda i: (f"/data/ünï/{i}.png", None, float(i) / 3, True),
+        lambda i: (b"\x00raw" + bytes([i % 256]), (i, (str(i), -i))),
+        lambda i: f"caption {i}",
+        lambda i: i * 10**20,
+    )
+    return [shapes[i % len(shapes)](i) for i in range(n)]

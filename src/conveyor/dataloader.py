@@ -23,6 +23,7 @@ from conveyor.engine.multi_worker import MultiWorkerIterator
 from conveyor.engine.options import ErrorOptions, LoaderOptions, PinOptions, check_snapshot_steps
 from conveyor.engine.plan import EpochHooks, LoadPlan
 from conveyor.engine.seeding import draw_base_seed
+from conveyor.engine.shared_records import share_records_default
 from conveyor.engine.single_process import SingleProcessIterator
 from conveyor.engine.worker_info import WorkerInfo, get_worker_info
 from conveyor.engine.worker_kind import (
@@ -90,6 +91,7 @@ _OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "fullsync": ("", "fullsync"),
     "profile_stages": ("", "profile_stages"),
     "snapshot_every_n_steps": ("", "snapshot_every_n_steps"),
+    "share_records": ("workers", "share_records"),
 }
 
 
@@ -164,6 +166,13 @@ class DataLoader(TorchDataLoader[T_co]):
         max_worker_restarts: ``worker_type="ray"``: lost actors replaced per iterator
             while the cluster has room (default None: up to ``num_workers``; 0: a lost
             worker's tasks go to the survivors).
+        share_records: process workers read the dataset's large lists and tuples of plain
+            records (str, bytes, int, float, bool, None and tuples of these; 100,000 items
+            or more, as the dataset or its attributes) from one read-only shared-memory
+            table instead of copying them page by page (pytorch#13246), and spawn workers
+            get the table's handle instead of a pickle. The user's objects are not changed;
+            a list changed between epochs is seen changed. ``False`` (or the environment
+            variable ``CONVEYOR_SHARE_RECORDS=0``) turns it off. See docs/guide/workers.md.
 
     Raises:
         ValueError: for arguments that exclude each other or are out of range, naming the
@@ -192,6 +201,7 @@ class DataLoader(TorchDataLoader[T_co]):
     fullsync: bool
     profile_stages: bool
     snapshot_every_n_steps: int | None
+    share_records: bool
 
     # conveyor's own state; names no subclass is likely to use (PopTorch's loader sets
     # `self._options`, others `_resume`, ...)
@@ -227,6 +237,7 @@ class DataLoader(TorchDataLoader[T_co]):
         profile_stages: bool = False,
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
+        share_records: bool | None = None,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -246,6 +257,7 @@ class DataLoader(TorchDataLoader[T_co]):
             persistent_workers=persistent_workers,
             timeout_s=timeout,
             in_order=in_order,
+            share_records=share_records_default() if share_records is None else share_records,
         )
         errors = ErrorOptions(on_error, max_skipped)
         iterable_style = is_iterable_style(dataset)
@@ -292,7 +304,8 @@ class DataLoader(TorchDataLoader[T_co]):
         self._conveyor_epoch_serial = 0
         self._conveyor_dropped_state: LoaderStateDict | None = None
         self.check_worker_number_rationality()
-        workers.kind.warm_up(workers)  # spawn/forkserver: the zygote starts importing now
+        # spawn/forkserver: the zygote starts importing now; large plain lists become tables
+        workers.kind.warm_up(workers, self._shareable_dataset())
 
     # ------------------------------------------------------------ attributes
     @property
@@ -309,7 +322,7 @@ class DataLoader(TorchDataLoader[T_co]):
         options = options.changed("workers", multiprocessing_context=resolved)
         self.__dict__["_conveyor_options"] = options
         self.__multiprocessing_context = resolved
-        options.workers.kind.warm_up(options.workers)
+        options.workers.kind.warm_up(options.workers, self._shareable_dataset())
 
     __multiprocessing_context: MultiprocessingContext | None
 
@@ -344,6 +357,11 @@ class DataLoader(TorchDataLoader[T_co]):
         state["_conveyor_epoch"] = None
         state["_conveyor_epoch_clock"] = None
         return state
+
+    def _shareable_dataset(self) -> Any:
+        """The dataset, whose large plain lists workers may read from shared tables; None
+        for a DataPipe graph (its nodes are prepared per worker, not shared)."""
+        return None if is_datapipe(self.dataset) else self.dataset
 
     def check_worker_number_rationality(self) -> None:
         """Warn, as torch does, when more worker processes are asked for than CPUs usable."""

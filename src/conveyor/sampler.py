@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _REPLACEMENT_DRAW = 32  # torch draws indices with replacement 32 at a time
+_LIST_CHUNK = 1 << 16  # indices turned into Python ints at a time
 
 # ``__iter__`` implementations known to equal ``chain.from_iterable(self._chunks())``.
 _CHUNKED_ITERS: set[Callable[..., Any]] = set()
@@ -87,6 +88,13 @@ class SequentialSampler(Sampler[int], TorchSequentialSampler):
 
     def __len__(self) -> int:
         return len(self.data_source)
+
+
+def _as_lists(indices: torch.Tensor) -> Iterator[list[int]]:
+    """``indices`` as Python lists of at most `_LIST_CHUNK` items, made as they are needed:
+    the first batch of an epoch over 10 M samples waits for 64 K ints, not 10 M (S4)."""
+    for start in range(0, len(indices), _LIST_CHUNK):
+        yield indices[start : start + _LIST_CHUNK].tolist()
 
 
 class _ChunkedSampler(Sampler[int]):
@@ -169,9 +177,9 @@ class RandomSampler(_ChunkedSampler, TorchRandomSampler):
                 yield torch.randint(n, (size,), dtype=torch.int64, generator=generator).tolist()
             return
         for _ in range(count // n):
-            yield torch.randperm(n, generator=generator).tolist()
+            yield from _as_lists(torch.randperm(n, generator=generator))
         # torch draws this last permutation even when it keeps none of it.
-        yield torch.randperm(n, generator=generator)[: count % n].tolist()
+        yield from _as_lists(torch.randperm(n, generator=generator)[: count % n])
 
     def _epoch_generator(self) -> torch.Generator:
         """The generator this iteration draws from (a hook for stateful subclasses)."""

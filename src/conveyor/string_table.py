@@ -10,7 +10,7 @@ pages untouched.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -97,8 +97,9 @@ def _rebuild(
     return table
 
 
-def copy_on_read_risks(dataset: object) -> list[str]:
-    """Attributes of ``dataset`` that are huge Python containers (copied by every worker)."""
+def copy_on_read_risks(dataset: object, shared: Collection[str] = ()) -> list[str]:
+    """Attributes of ``dataset`` that are huge Python containers (copied by every worker),
+    except those named in ``shared`` (the loader keeps them in shared tables)."""
     try:
         attributes = vars(dataset)
     except TypeError:
@@ -106,19 +107,24 @@ def copy_on_read_risks(dataset: object) -> list[str]:
     return [
         name
         for name, value in attributes.items()
-        if isinstance(value, (list, tuple, dict)) and len(value) >= COPY_ON_READ_WARN_LEN
+        if isinstance(value, (list, tuple, dict))
+        and len(value) >= COPY_ON_READ_WARN_LEN
+        and name not in shared
     ]
 
 
-def warn_copy_on_read(dataset: object, stacklevel: int = 4) -> None:
+def warn_copy_on_read(dataset: object, stacklevel: int = 4, shared: Collection[str] = ()) -> None:
     """Say so when worker processes are about to copy a huge Python container each."""
-    names = copy_on_read_risks(dataset)
+    names = copy_on_read_risks(dataset, shared)
     if names:
         warnings.warn(
             f"dataset attribute(s) {', '.join(names)} hold over {COPY_ON_READ_WARN_LEN:,} "
             "Python objects: every worker process will end up with its own copy (reading an "
-            "object writes its reference count; pytorch#13246). Keep them in a NumPy array, "
-            "or wrap lists of str/bytes in conveyor.StringTable, to share one copy.",
+            "object writes its reference count; pytorch#13246). conveyor shares lists and "
+            "tuples of plain records (str, bytes, int, float, bool, None and tuples of "
+            "these) by itself unless share_records=False; for other objects, keep them in "
+            "a NumPy array, or wrap lists of str/bytes in conveyor.StringTable, to share "
+            "one copy.",
             UserWarning,
             stacklevel=stacklevel,
         )

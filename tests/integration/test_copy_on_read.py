@@ -1,4 +1,5 @@
-"""Copy-on-read (pytorch#13246): a list of strings is copied by every worker; StringTable is not."""
+"""Copy-on-read (pytorch#13246): a list of strings is copied by every worker unless it is
+shared (automatically, or as a StringTable)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ def _names() -> list[str]:
     return [f"sample-{i:012d}" for i in range(N)]
 
 
-def _workers_private_mib(items: Any) -> float:
+def _workers_private_mib(items: Any, share_records: bool = True) -> float:
     """Private memory (USS) the two workers hold after one shuffled epoch."""
     loader = DataLoader(
         Names(items),
+        share_records=share_records,
         batch_size=1024,
         shuffle=True,
         num_workers=2,
@@ -53,10 +55,19 @@ def _workers_private_mib(items: Any) -> float:
 def test_string_table_workers_do_not_copy_the_strings() -> None:
     names = _names()
     table = StringTable(names)
-    copied = _workers_private_mib(names)
+    copied = _workers_private_mib(names, share_records=False)  # torch's behaviour
     shared = _workers_private_mib(table)
     list_mib = N * 70 / 2**20  # ~70 bytes per short str object plus its list slot
     assert copied > shared + 0.8 * list_mib  # each list worker copied most of the strings
+    assert shared < copied / 2
+
+
+def test_a_plain_list_is_shared_without_a_code_change() -> None:
+    names = _names()
+    copied = _workers_private_mib(names, share_records=False)
+    shared = _workers_private_mib(names)  # the same list: conveyor keeps it in a table
+    list_mib = N * 70 / 2**20
+    assert copied > shared + 0.8 * list_mib
     assert shared < copied / 2
 
 

@@ -281,7 +281,8 @@ def test_process_workers_ask_for_a_registrar_only_when_pinning(
     import multiprocessing
     from types import SimpleNamespace
 
-    setup: Any = SimpleNamespace(workers=SimpleNamespace(context=multiprocessing.get_context()))
+    workers = SimpleNamespace(context=multiprocessing.get_context(), share_records=False)
+    setup: Any = SimpleNamespace(workers=workers)
     ProcessWorkers().start_pool(setup, None)
     assert asked == [] and made == [None]
     ProcessWorkers().start_pool(setup, lambda batch: batch)

@@ -3,7 +3,9 @@
 Each worker seeds the process-wide ``random``/torch/NumPy generators, owns its dataset
 replica by being a process, and publishes `get_worker_info` process-wide. Under
 spawn/forkserver one zygote per loader forks each epoch's workers (engine/zygote.py);
-batches are pinned by a background thread (engine/pin_thread.py).
+batches are pinned by a background thread (engine/pin_thread.py). Large lists of plain
+records reach the workers as shared tables (engine/shared_records.py), built when the
+loader is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from conveyor.engine.pin_thread import PinningPool
 from conveyor.engine.pool import WorkerPool
 from conveyor.engine.process_pool import ProcessPool
 from conveyor.engine.seeding import seed_process_rngs
+from conveyor.engine.shared_records import RecordSharing
 from conveyor.engine.worker_info import WorkerInfo, install_process_worker_info
 from conveyor.engine.worker_kind import Pin, WorkerOptions, WorkerSetup
 from conveyor.string_table import warn_copy_on_read
@@ -86,6 +89,7 @@ class ProcessWorkers:
         # zygotes of an earlier start method: their workers may still serve a live iterator
         self._retired: list[Zygote] = []
         self._warned = False
+        self._records = RecordSharing()
 
     def __reduce__(self) -> tuple[type[ProcessWorkers], tuple[()]]:
         return (ProcessWorkers, ())  # a worker gets the strategy, not the zygote
@@ -99,17 +103,23 @@ class ProcessWorkers:
         self.check_count(options.num_workers)
         if not self._warned:
             self._warned = True
-            warn_copy_on_read(dataset, stacklevel=_STACKLEVEL)
+            shared = self._records.last_shared if options.share_records else ()
+            warn_copy_on_read(dataset, stacklevel=_STACKLEVEL, shared=shared)
             warn_if_cuda_before_fork(options.multiprocessing_context)
 
-    def warm_up(self, options: WorkerOptions) -> None:
+    def warm_up(self, options: WorkerOptions, dataset: Any = None) -> None:
         """spawn/forkserver: start the zygote now, so that its interpreter imports torch
         while the user builds the model; the first ``iter()`` then sends the set-up (and
         the zygote imports the user's main module then). Not inside a zygote that is
         importing the main module (a loader built at a script's top level: torch starts
-        nothing there either). A failure here is left for ``iter()`` to raise."""
+        nothing there either). A failure here is left for ``iter()`` to raise. Large plain
+        lists of ``dataset`` become shared tables now too: ``iter()`` then only checks that
+        they did not change."""
         if options.num_workers == 0 or _zygote_importing_main():
             return
+        if options.share_records and dataset is not None:
+            with contextlib.suppress(Exception):
+                self._records.worker_view(dataset)
         with contextlib.suppress(Exception):
             self._zygote_for(options.context)
 
@@ -134,6 +144,9 @@ class ProcessWorkers:
             main = getattr(sys.modules.get("__mp_main__"), "__file__", "the main module")
             raise UnguardedMainError(UNGUARDED_MAIN.format(main=main))
         context = setup.workers.context
+        if setup.workers.share_records and setup.prepare_graph is None:  # not a DataPipe graph
+            view = self._records.worker_view(setup.fetch.dataset).dataset
+            setup = setup._replace(fetch=setup.fetch._replace(dataset=view))
         # pin_memory=True on CUDA: the slabs themselves become pinned memory, so the pin
         # thread's pin function finds the batch pinned already and copies nothing
         registrar = cuda_registrar() if pin is not None else None
@@ -147,6 +160,7 @@ class ProcessWorkers:
         self._zygote, self._retired = None, []
         for zygote in zygotes:
             zygote.close()
+        self._records.close()
 
     # ----- in a worker
     def seed(self, base_seed: int, worker_id: int) -> int:

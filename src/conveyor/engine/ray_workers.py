@@ -101,7 +101,7 @@ class RayWorkers:
     def check_start(self, dataset: Any, options: WorkerOptions) -> None:
         """Nothing to warn about: the dataset is pickled to every actor anyway."""
 
-    def warm_up(self, options: WorkerOptions) -> None:
+    def warm_up(self, options: WorkerOptions, dataset: Any = None) -> None:
         """Actors belong to an iterator (they get its set-up): nothing to prepare."""
 
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:

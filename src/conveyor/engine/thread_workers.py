@@ -32,7 +32,7 @@ class ThreadWorkers:
     def check_start(self, dataset: Any, options: WorkerOptions) -> None:
         """Nothing to warn about."""
 
-    def warm_up(self, options: WorkerOptions) -> None:
+    def warm_up(self, options: WorkerOptions, dataset: Any = None) -> None:
         """Threads start in microseconds: nothing to prepare."""
 
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:

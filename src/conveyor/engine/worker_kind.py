@@ -104,6 +104,7 @@ class WorkerOptions(Frozen):
         "num_workers",
         "persistent_workers",
         "prefetch_factor",
+        "share_records",
         "slab_options",
         "timeout_s",
         "worker_init_fn",
@@ -117,6 +118,7 @@ class WorkerOptions(Frozen):
     timeout_s: float  # 0: wait forever (kept as given: ``loader.timeout`` reads it)
     in_order: bool
     slab_options: SlabOptions | None  # process workers' transport; None: from env
+    share_records: bool  # large plain lists reach process workers as shared tables
 
     def __init__(
         self,
@@ -129,6 +131,7 @@ class WorkerOptions(Frozen):
         timeout_s: float = 0,
         in_order: bool = True,
         slab_options: SlabOptions | None = None,
+        share_records: bool = True,
     ) -> None:
         if num_workers < 0:
             raise ValueError(_NEGATIVE_WORKERS)
@@ -182,9 +185,10 @@ class WorkerKind(Protocol):
     def check_start(self, dataset: Any, options: WorkerOptions) -> None:
         """Before an iterator starts workers: warn about what this kind does badly here."""
 
-    def warm_up(self, options: WorkerOptions) -> None:
+    def warm_up(self, options: WorkerOptions, dataset: Any = None) -> None:
         """The loader was built: start, in the background, what the first ``iter()`` would
-        otherwise wait for (a zygote's interpreter and imports). Never raises."""
+        otherwise wait for (a zygote's interpreter and imports; the shared tables of
+        ``dataset``'s large lists, None for a DataPipe graph). Never raises."""
 
     def start_pool(self, setup: WorkerSetup, pin: Pin | None) -> tuple[WorkerPool, Pin | None]:
         """Start ``setup.workers.num_workers`` workers. Returns the pool and the pin

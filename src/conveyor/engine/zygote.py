@@ -23,7 +23,9 @@ The zygote reaps its workers (through pidfds) and reports each exit code on the 
 status pipe; the main process watches the workers through pidfds of its own, so a dead
 worker is noticed at once, exactly as with directly started processes. The worker
 set-up is re-pickled at every epoch and re-sent only when its bytes changed, so dataset
-mutations between epochs are seen exactly as with torch.
+mutations between epochs are seen exactly as with torch. Shared record tables in it
+(engine/shared_records.py) travel as file descriptors beside the pickle: its size, and
+the zygote's start, do not grow with them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any
 from conveyor.engine.seeding import EpochSeeds
 from conveyor.engine.shutdown import stop_processes
 from conveyor.engine.worker_kind import WorkerSetup
+from conveyor.transport.fd_pickle import dumps_with_fds, loads_with_fds
 
 JOIN_TIMEOUT_S = 1.0  # how long to wait for an exit report or the zygote's own exit
 _SETUP, _FORK, _ENVIRONMENT = "setup", "fork", "environment"
@@ -167,8 +170,9 @@ def zygote_main(control: connection.Connection) -> None:
                 return
             if message[0] == _ENVIRONMENT:
                 _adopt_environment(*message[1])
-            elif message[0] == _SETUP:
-                state.take_setup(message[1], message[2])
+            elif message[0] == _SETUP:  # shared tables' descriptors follow the pickle
+                fds = [reduction.recv_handle(control) for _ in range(message[3])]
+                state.take_setup(message[1], message[2], fds)
             elif message[0] == _FORK:
                 _answer_fork(control, state, message[1], epochs)
         epochs = [e for e in epochs if e.pidfds]
@@ -182,8 +186,11 @@ class _ZygoteState:
         self.error: str | None = None
         self.prepared = False
 
-    def take_setup(self, blob: bytes, preparation: dict[str, Any] | None) -> None:
-        """Import the main module first (once), then unpickle the set-up; keep any error."""
+    def take_setup(
+        self, blob: bytes, preparation: dict[str, Any] | None, table_fds: list[int]
+    ) -> None:
+        """Import the main module first (once), then unpickle the set-up (its shared tables
+        from ``table_fds``); keep any error."""
         global _importing_main
         try:
             if preparation is not None and not self.prepared:
@@ -191,14 +198,23 @@ class _ZygoteState:
                 _importing_main = True
                 try:
                     spawn.prepare(preparation)
+                except BaseException:
+                    _close_quietly(table_fds)  # loads_with_fds closes them otherwise
+                    raise
                 finally:
                     _importing_main = False
-            self.setup = pickle.loads(blob)
+            self.setup = loads_with_fds(blob, table_fds)
             self.error = None
         except UnguardedMainError as error:
             self.setup, self.error = None, _with_script_lines(error, preparation or {})
         except BaseException:
             self.setup, self.error = None, traceback.format_exc()
+
+
+def _close_quietly(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _with_script_lines(error: BaseException, preparation: dict[str, Any]) -> str:
@@ -378,10 +394,8 @@ class Zygote:
 
         Connections in ``args`` travel to the zygote and are closed here by the caller.
         """
-        blob = pickle.dumps(
-            setup._replace(seeds=_NO_SEEDS),
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
+        # shared record tables travel as descriptors: the blob stays small, whatever their size
+        blob, table_fds = dumps_with_fds(setup._replace(seeds=_NO_SEEDS))
         digest = hashlib.blake2b(blob, digest_size=16).digest()
         status_r, status_w = self._context.Pipe(duplex=False)
         handles: list[int] = []
@@ -405,7 +419,9 @@ class Zygote:
                 self._control.send((_ENVIRONMENT, environment))
                 self._environment_digest = environment_digest
             if digest != self._setup_digest:
-                self._control.send((_SETUP, blob, self._preparation()))
+                self._control.send((_SETUP, blob, self._preparation(), len(table_fds)))
+                for fd in table_fds:
+                    reduction.send_handle(self._control, fd, pid)
                 self._setup_digest = digest
             self._control.send((_FORK, request))
             reduction.send_handle(self._control, status_w.fileno(), pid)

@@ -73,6 +73,7 @@ class StatefulDataLoader(DataLoader[T_co]):
         profile_stages: bool = False,
         ray_remote_args: dict[str, Any] | None = None,
         max_worker_restarts: int | None = None,
+        share_records: bool | None = None,
     ) -> None:
         # torchdata's parameters, in torchdata's order (code validates keyword arguments
         # against this signature: torchtitan), then conveyor's, keyword-only.
@@ -105,6 +106,7 @@ class StatefulDataLoader(DataLoader[T_co]):
             profile_stages=profile_stages,
             ray_remote_args=ray_remote_args,
             max_worker_restarts=max_worker_restarts,
+            share_records=share_records,
         )
         self._conveyor_held_iterator: Any = None
         if sampler is None and batch_sampler is None:

@@ -66,7 +66,9 @@ def test_import_conveyor_does_not_import_ray() -> None:
 def test_defaults_spread_the_actors_and_replace_lost_ones() -> None:
     """A lost node costs no sample with default arguments: the actors are spread over the
     nodes, and up to num_workers lost ones are replaced (tests/ray_workers: a real cluster)."""
-    kind = conveyor.DataLoader(Range(4), num_workers=2, worker_type="ray")._options.workers.kind
+    kind = conveyor.DataLoader(
+        Range(4), num_workers=2, worker_type="ray"
+    )._conveyor_options.workers.kind
     assert isinstance(kind, RayWorkers) and kind.max_worker_restarts is None
     assert ray_workers.actor_options({}) == {"scheduling_strategy": "SPREAD"}
     chosen = {"scheduling_strategy": "DEFAULT", "num_cpus": 2}
