@@ -167,7 +167,9 @@ def run_page(page: Path, directory: Path, extra_env: dict[str, str], gpu: bool =
     (directory / "docs_page.py").write_text(script)
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONPATH", None)
+    # this checkout's conveyor and nothing else of the caller's path: installed (editable) or
+    # not (scripts/gpu_check.sh runs it from src/ with the GPU machine's own python3)
+    env["PYTHONPATH"] = str(ROOT / "src")
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), RANK="0",
                LOCAL_RANK="0", WORLD_SIZE="1", **extra_env)  # fmt: skip
     done = subprocess.run(
