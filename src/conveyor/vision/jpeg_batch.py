@@ -4,7 +4,7 @@
 function, a call in ``__getitem__``): it reads the header, draws the crop box and flip from
 the worker's generator exactly as `RandomResizedCropDecoder` does for the same image (so
 both paths crop the same boxes), decides whether the GPU can decode the image, and keeps the
-bytes. Collation (`collate_planned`, registered in conveyor's ``default_collate_fn_map``)
+bytes. Collation (`collate_planned`, which `conveyor.default_collate` uses for `PlannedJpeg`)
 puts a batch's bytes side by side in one uint8 tensor (inside the worker's shared-memory
 slab), so the batch crosses to the main process as a handful of tensors, where
 `conveyor.vision.gpu_decode.GpuCropDecoder` decodes it. No CUDA, no torchvision here.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from conveyor.collate import CollateFnMap, default_collate_fn_map, get_output_allocator
+from conveyor.collate import CollateFnMap, get_output_allocator, register_conveyor_type
 from conveyor.formats.decoders import IMAGE_EXTENSIONS, DecoderRegistry
 from conveyor.vision.boxes import CropBox
 from conveyor.vision.decoders import CenterCropDecoder, RandomResizedCropDecoder
@@ -182,4 +182,4 @@ def collate_planned(
     )
 
 
-default_collate_fn_map[PlannedJpeg] = collate_planned
+register_conveyor_type(PlannedJpeg, collate_planned)
