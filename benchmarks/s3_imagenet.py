@@ -399,10 +399,14 @@ def _median(runs: list[dict[str, float]], key: str) -> float:
 
 
 def _paired(a: list[dict[str, float]], b: list[dict[str, float]]) -> float:
-    """Median over reps of b's CPU per image / a's: how many times a's img/s per core."""
-    return statistics.median(
-        rb["cpu_s_per_kimg"] / ra["cpu_s_per_kimg"] for ra, rb in zip(a, b, strict=True)
-    )
+    """Median over reps of b's CPU per image / a's: how many times a's img/s per core (NaN
+    where no CPU time was measured: runs too short for the clock's ticks)."""
+    ratios = [
+        rb["cpu_s_per_kimg"] / ra["cpu_s_per_kimg"]
+        for ra, rb in zip(a, b, strict=True)
+        if ra["cpu_s_per_kimg"] > 0
+    ]
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 def markdown(
@@ -413,7 +417,8 @@ def markdown(
     sizes: list[int],
 ) -> str:
     peers = [name for name in results if name not in OURS]
-    best_peer = min(peers, key=lambda name: _median(results[name], "cpu_s_per_kimg"))
+    best = min(peers, key=lambda name: _median(results[name], "cpu_s_per_kimg"), default=None)
+    full = results.get("conveyor-full")  # absent where --pipelines left it out: no column
     rows = [
         "| pipeline | img/s per core | CPU s / 1k img | img/s (wall) [min-max] | "
         "x conveyor-full per core (paired) | x best peer per core (paired) |",
@@ -422,10 +427,12 @@ def markdown(
     for name, runs in sorted(results.items(), key=lambda kv: _median(kv[1], "cpu_s_per_kimg")):
         cpu = _median(runs, "cpu_s_per_kimg")
         ips = [run["img_s"] for run in runs]
+        vs_full = f"{_paired(runs, full):.2f}x" if full else "-"
+        vs_peer = f"{_paired(runs, results[best]):.2f}x" if best else "-"
         rows.append(
-            f"| {name} | {1000 / cpu:,.0f} | {cpu:.3f} | {statistics.median(ips):,.0f} "
-            f"[{min(ips):,.0f}-{max(ips):,.0f}] | {_paired(runs, results['conveyor-full']):.2f}x "
-            f"| {_paired(runs, results[best_peer]):.2f}x |"
+            f"| {name} | {1000 / cpu if cpu > 0 else float('nan'):,.0f} | {cpu:.3f} "
+            f"| {statistics.median(ips):,.0f} [{min(ips):,.0f}-{max(ips):,.0f}] | {vs_full} "
+            f"| {vs_peer} |"
         )
     loop_rows = ["| transform, one core, no loader | CPU ms / image |", "|---|---|"]
     loop_rows += [f"| {name} | {ms:.3f} |" for name, ms in loops.items()]
@@ -451,7 +458,7 @@ def markdown(
             f"horizontal flip to CHW uint8, batch {args.batch_size}, {args.num_workers} workers, "
             f"{args.images * args.passes} samples per run, {args.reps} interleaved reps, "
             "medians. CPU is the whole process tree in the steady window; img/s per core = "
-            f"1000 / CPU s per 1k images. Best peer: {best_peer}.",
+            f"1000 / CPU s per 1k images. Best peer: {best}.",
             "",
             *rows,
             "",

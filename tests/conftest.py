@@ -157,5 +157,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The Ray tests run last: a Ray driver leaves threads and state in this process for
-    good (``ray.shutdown`` does not undo it all), which later tests should not share."""
+    good (``ray.shutdown`` does not undo it all), which later tests should not share.
+    ``gpu`` tests are skipped where CUDA is not available (scripts/gpu_check.sh runs them)."""
     items.sort(key=lambda item: item.get_closest_marker("ray") is not None)  # stable
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA (on a GPU machine: bash scripts/gpu_check.sh)")
+        for item in items:
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(skip)

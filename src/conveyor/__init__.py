@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
+    from conveyor.device import DeviceLoader, to_device
     from conveyor.engine.workers.sample_seeding import sample_generators
     from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
@@ -71,6 +72,7 @@ __all__ = [
     "DataChunk",
     "DataLoader",
     "Dataset",
+    "DeviceLoader",
     "DistributedSampler",
     "GlobalShuffleSampler",
     "IterDataPipe",
@@ -102,6 +104,7 @@ __all__ = [
     "runtime_validation",
     "runtime_validation_disabled",
     "sample_generators",
+    "to_device",
 ]
 
 
@@ -125,6 +128,8 @@ _LAZY = {
     "merge_checkpoints": "conveyor.state.loader_state",
     "TarShards": "conveyor.datapipes.iter.shards",
     "sample_generators": "conveyor.engine.workers.sample_seeding",
+    "DeviceLoader": "conveyor.device",
+    "to_device": "conveyor.device",
 }
 
 

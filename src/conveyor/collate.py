@@ -313,13 +313,27 @@ Extend it in place, or copy it (``dict(default_collate_fn_map)``) and pass the c
 """
 
 
+_CONVEYOR_TYPES: dict[type, Callable[..., Any]] = {}
+"""conveyor's own sample types (`conveyor.vision`'s planned JPEGs) → their collate functions:
+honoured by `default_collate` after every registered entry, but kept out of
+`default_collate_fn_map`, whose keys stay torch's, in torch's order."""
+
+
+def register_conveyor_type(kind: type, fn: Callable[..., Any]) -> None:
+    """Let `default_collate` collate ``kind`` with ``fn`` (a conveyor module's own type)."""
+    _CONVEYOR_TYPES[kind] = fn
+
+
 def _registry() -> CollateFnMap:
-    """conveyor's registry, plus what users registered in torch's (theirs win, as in torch)."""
+    """conveyor's registry, plus what users registered in torch's (theirs win, as in torch),
+    then conveyor's own types where nobody registered them."""
     registered_in_torch = user_collate_fns()
-    if not registered_in_torch:
+    if not registered_in_torch and not _CONVEYOR_TYPES:
         return default_collate_fn_map
     merged = dict(default_collate_fn_map)
     merged.update(registered_in_torch)  # a new type goes last, a known one keeps its place
+    for kind, fn in _CONVEYOR_TYPES.items():
+        merged.setdefault(kind, fn)
     return merged
 
 

@@ -6,7 +6,9 @@ directory (conventions in docs/about.md):
 - ```` ```python ```` runs; ```` ```bash ```` runs through ``bash -e`` at that point;
 - ```` ```python title="train.py" ```` is written to ``train.py`` instead (a later bash
   block runs it);
-- ``<!-- docs-test: skip REASON -->`` on the line before a fence leaves that block out.
+- ``<!-- docs-test: skip REASON -->`` on the line before a fence leaves that block out;
+- ``<!-- docs-test: gpu -->`` runs that block only where CUDA is (the ``gpu``-marked test
+  runs such pages whole on the device machine; elsewhere the block is left out).
 The environment is a user's: this venv's ``bin`` first on PATH, S3 credentials and
 ``AWS_ENDPOINT_URL`` pointing at the tests' SeaweedFS (bucket ``my-bucket``) for pages that
 use ``s3://``, and torchrun's variables for a one-process world.
@@ -59,6 +61,7 @@ PUBLIC_MODULES = [
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)(?P<info>[^\n`]*)$")
 _TITLE = re.compile(r'title="(?P<title>[^"]+)"')
 _SKIP = re.compile(r"^\s*<!-- docs-test: skip\b.*-->\s*$")
+_GPU = re.compile(r"^\s*<!-- docs-test: gpu\b.*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Block:
     line: int  # of the block's first code line, 1-based
     title: str | None
     skipped: bool
+    gpu: bool = False  # runs only where CUDA is
 
 
 def blocks_of(page: Path) -> list[Block]:
@@ -89,19 +93,21 @@ def blocks_of(page: Path) -> list[Block]:
         body = "\n".join(line[indent:] for line in lines[index + 1 : end])
         title = _TITLE.search(match["info"])
         skipped = index > 0 and _SKIP.match(lines[index - 1]) is not None
+        gpu = index > 0 and _GPU.match(lines[index - 1]) is not None
         found.append(
-            Block(match["lang"], body, index + 2, title["title"] if title else None, skipped)
+            Block(match["lang"], body, index + 2, title["title"] if title else None, skipped, gpu)
         )
         index = end + 1
     return found
 
 
-def page_script(page: Path) -> str | None:
-    """One Python script running the page's examples in order (None: nothing to run)."""
+def page_script(page: Path, gpu: bool = False) -> str | None:
+    """One Python script running the page's examples in order (None: nothing to run);
+    ``gpu``: with the blocks that need CUDA."""
     name = page.relative_to(ROOT).as_posix()
     steps = []
     for block in blocks_of(page):
-        if block.skipped or block.lang not in ("python", "bash"):
+        if block.skipped or (block.gpu and not gpu) or block.lang not in ("python", "bash"):
             continue
         if block.title is not None:
             steps.append(f"_docs_write({block.title!r}, {block.code + chr(10)!r})")
@@ -155,13 +161,15 @@ def s3_environment(s3_server: S3Server) -> dict[str, str]:
     }
 
 
-def run_page(page: Path, directory: Path, extra_env: dict[str, str]) -> None:
-    script = page_script(page)
+def run_page(page: Path, directory: Path, extra_env: dict[str, str], gpu: bool = False) -> None:
+    script = page_script(page, gpu)
     assert script is not None
     (directory / "docs_page.py").write_text(script)
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("PYTHONPATH", None)
+    # this checkout's conveyor and nothing else of the caller's path: installed (editable) or
+    # not (scripts/gpu_check.sh runs it from src/ with the GPU machine's own python3)
+    env["PYTHONPATH"] = str(ROOT / "src")
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]), RANK="0",
                LOCAL_RANK="0", WORLD_SIZE="1", **extra_env)  # fmt: skip
     done = subprocess.run(
@@ -429,3 +437,14 @@ def test_the_quick_bench_table_keeps_torch_and_advantage_in_view(built_site: Pat
     header = re.findall(r"<th[^>]*>(.*?)</th>", quick)
     assert [h.strip() for h in header] == ["scenario", "unit", "conveyor", "torch", "advantage"]
     assert quick.count("<tr>") >= 17 and "3.40x" in quick
+
+
+def gpu_pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if any(b.gpu for b in blocks_of(p)))
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("page", gpu_pages(), ids=_page_id)
+def test_page_examples_run_on_the_gpu(page: Path, tmp_path: Path) -> None:
+    run_page(page, tmp_path, {}, gpu=True)

@@ -39,7 +39,9 @@ from typing import Any
 import numpy as np
 
 from conveyor.transport import protocol
+from conveyor.transport.cuda_host import Fence
 from conveyor.transport.options import ENV_SHM_MAX_BYTES, SlabConfig
+from conveyor.transport.pinned_slabs import PinnedSlabs, SlabRegistration, token_over
 from conveyor.transport.shared import from_shared
 from conveyor.transport.slab import (
     attach_slab,
@@ -71,19 +73,34 @@ _FALLBACK_MESSAGE = (
 class _Releases:
     """Slabs whose views are all gone, waiting to be sent back; callable from any thread.
 
+    A release may carry a fence (registered slabs): it is sent once the fence is complete.
     Owns the wake-up pipe that makes a blocked receive notice them.
     """
 
     def __init__(self) -> None:
-        self.pending: deque[tuple[int, int]] = deque()
+        self.pending: deque[tuple[int, int, Fence | None]] = deque()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.lock = threading.Lock()
         self.closed = False
         self.interrupted = False
 
-    def __call__(self, worker_id: int, slab_id: int) -> None:
-        self.pending.append((worker_id, slab_id))
+    def __call__(self, worker_id: int, slab_id: int, fence: Fence | None = None) -> None:
+        self.pending.append((worker_id, slab_id, fence))
         self.wake()
+
+    def settle(self, worker_id: int) -> None:
+        """Wait for the fences of ``worker_id``'s queued releases (it waits for a slab)."""
+        for _, _, fence in self._queued(worker_id):
+            with contextlib.suppress(Exception):  # a broken device: nothing copies any more
+                fence.synchronize()  # type: ignore[union-attr]
+
+    def _queued(self, worker_id: int) -> list[tuple[int, int, Fence | None]]:
+        for _ in range(8):  # a finalizer in this thread may append while we copy
+            try:
+                return [e for e in self.pending if e[0] == worker_id and e[2] is not None]
+            except RuntimeError:
+                continue
+        return []
 
     def wake(self) -> None:
         # May run inside the garbage collector, in any thread: never block. A lost wake-up
@@ -111,21 +128,36 @@ class MainEnd:
         config: The loader's slab settings (the same object its workers get).
         send_control: ``(worker_id, message)`` → sends a transport message on that
             worker's task pipe; must ignore a worker that is gone.
+        pinned: Registers slabs as pinned memory as they are first mapped (``pin_memory=True``
+            on CUDA); None leaves them pageable.
     """
 
-    def __init__(self, config: SlabConfig, send_control: Callable[[int, Any], None]):
+    def __init__(
+        self,
+        config: SlabConfig,
+        send_control: Callable[[int, Any], None],
+        pinned: PinnedSlabs | None = None,
+    ):
         self._config = config
         self._send_control = send_control
         self.bytes_received = 0  # pipe frames plus shared-memory views decoded (stats)
         _exit_hook(config.shm_dir)
         reclaim_stale(config.shm_dir)
-        self._mappings: dict[tuple[int, int], mmap.mmap] = {}
+        # a slab's mapping, or with `pinned` its root array (which alone holds the mapping)
+        self._mappings: dict[tuple[int, int], mmap.mmap | np.ndarray[Any, Any]] = {}
+        self._pinned = pinned
+        self._registrations: dict[tuple[int, int], SlabRegistration | None] = {}
         self._releases = _Releases()
         self._warned = False
 
     @property
     def config(self) -> SlabConfig:
         return self._config
+
+    @property
+    def pinned(self) -> PinnedSlabs | None:
+        """The slabs' registrations as pinned memory, if this loader registers them."""
+        return self._pinned
 
     @property
     def wake_fd(self) -> int:
@@ -163,11 +195,14 @@ class MainEnd:
         retired, note, stall = protocol.read_header(stream)
         for slab_id in retired:
             self._mappings.pop((worker_id, slab_id), None)
+            self._registrations.pop((worker_id, slab_id), None)
         if note is not None and not self._warned:
             self._warned = True
             warnings.warn(_FALLBACK_MESSAGE.format(note=note), ShmFallbackWarning, stacklevel=2)
         if stall is not None:
-            # The worker waits for a slab: send what was released, then let it stop waiting.
+            # The worker waits for a slab: send what was released (once copies from it are
+            # done), then let it stop waiting.
+            self._releases.settle(worker_id)
             self.before_wait()
             self._send_control(worker_id, (protocol.OVERFLOW, stall))
             return SKIP
@@ -195,21 +230,36 @@ class MainEnd:
             )
             mapping = attach_slab(path)
             unlink_quietly(path)
+            if self._pinned is not None:
+                mapping, self._registrations[key] = self._pinned.root(mapping)
             self._mappings[key] = mapping
-        token = np.frombuffer(mapping, dtype=np.uint8)
-        weakref.finalize(token, self._releases, worker_id, slab_id).atexit = False
+        if self._pinned is None:
+            token = np.frombuffer(mapping, dtype=np.uint8)
+            weakref.finalize(token, self._releases, worker_id, slab_id).atexit = False
+            return token
+        token = token_over(mapping)  # type: ignore[arg-type]
+        registration = self._registrations.get(key)
+        args = (self._releases, self._pinned, worker_id, slab_id, registration)
+        weakref.finalize(token, _fenced_release, *args).atexit = False
         return token
 
     def take_releases(self) -> dict[int, list[int]]:
-        """Released slab ids per worker, each returned once."""
+        """Released slab ids per worker, each returned once; a release whose fence is not
+        complete yet stays queued."""
         released: dict[int, list[int]] = {}
         pending = self._releases.pending
-        while pending:
+        waiting = []
+        for _ in range(len(pending)):
             try:
-                worker_id, slab_id = pending.popleft()
+                entry = pending.popleft()
             except IndexError:
                 break
+            worker_id, slab_id, fence = entry
+            if fence is not None and not _complete(fence):
+                waiting.append(entry)
+                continue
             released.setdefault(worker_id, []).append(slab_id)
+        pending.extend(waiting)
         return released
 
     @property
@@ -224,7 +274,26 @@ class MainEnd:
         """
         self._releases.close()
         self._mappings.clear()
+        self._registrations.clear()
         sweep(self._config.shm_dir, self._config.prefix)
+
+
+def _fenced_release(
+    releases: _Releases,
+    pinned: PinnedSlabs,
+    worker_id: int,
+    slab_id: int,
+    registration: SlabRegistration | None,
+) -> None:
+    """A registered slab's batch is gone: release it once copies enqueued from it are done."""
+    releases(worker_id, slab_id, pinned.fence(registration))
+
+
+def _complete(fence: Fence) -> bool:
+    try:
+        return fence.query()
+    except Exception:  # a broken device: nothing copies any more
+        return True
 
 
 _exit_dirs: set[str] = set()

@@ -170,10 +170,13 @@ class RandomResizedCropDecoder(_CropDecoder):
         self, source: Source, box: CropBox, flip: bool, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The output for a planned ``box`` (displayed coordinates) and ``flip``."""
+        return self._finish(self.crop_pixels(source, box), flip, out)
+
+    def crop_pixels(self, source: Source, box: CropBox) -> torch.Tensor:
+        """The box resized to ``size``: CHW uint8, before flip, dtype and normalisation."""
         corners = (box.left, box.top, box.left + box.width, box.top + box.height)
         denominator = scale_for((box.height, box.width), self.size) if self.fast else 1
-        chw = resize_box(source, corners, self.size, denominator, self._how, self.paths)
-        return self._finish(chw, flip, out)
+        return resize_box(source, corners, self.size, denominator, self._how, self.paths)
 
     def __call__(self, data: Any, out: torch.Tensor | None = None) -> torch.Tensor:
         source = self._open(data)
@@ -207,11 +210,14 @@ class CenterCropDecoder(_CropDecoder):
         self.resize_to = int(resize_to)
 
     def __call__(self, data: Any, out: torch.Tensor | None = None) -> torch.Tensor:
-        source = self._open(data)
+        return self._finish(self.crop_pixels(self._open(data)), False, out)
+
+    def crop_pixels(self, source: Source) -> torch.Tensor:
+        """Resized and centre-cropped: CHW uint8, before dtype and normalisation."""
         height, width = source.shown_size
         plan = resized_center_crop(height, width, self.size, self.resize_to)
         denominator = scale_for((height, width), plan.resized) if self.fast else 1
         whole = (0, 0, width, height)
         resized = resize_box(source, whole, plan.resized, denominator, self._how, self.paths)
         top, left, crop_h, crop_w = plan.crop
-        return self._finish(resized[:, top : top + crop_h, left : left + crop_w], False, out)
+        return resized[:, top : top + crop_h, left : left + crop_w]

@@ -37,15 +37,14 @@ from conveyor.engine.workers.messages import (
     task_to_wire,
 )
 from conveyor.engine.workers.pool import WorkerDiedError
-from conveyor.engine.workers.shutdown import (
-    stop_processes,
-    worker_death_message,
-)
+from conveyor.engine.workers.shutdown import stop_processes, worker_death_message
 from conveyor.engine.workers.worker_handle import WorkerHandle
 from conveyor.engine.workers.worker_kind import WorkerSetup
 from conveyor.engine.workers.worker_process import ANY_PARENT, process_worker_main
+from conveyor.transport.cuda_host import HostRegistrar
 from conveyor.transport.main_end import SKIP, MainEnd
 from conveyor.transport.options import SlabOptions
+from conveyor.transport.pinned_slabs import PinnedSlabs
 from conveyor.transport.slab import loader_prefix
 
 if TYPE_CHECKING:
@@ -126,10 +125,17 @@ class ProcessPool:
 
     ``send``, ``retire`` and ``interrupt`` may be called from one thread while another
     blocks in ``receive`` (the pin-memory thread); ``receive`` itself from one thread at a
-    time.
+    time. With a ``registrar`` (``pin_memory=True`` on CUDA) the slabs are registered as
+    pinned memory as they are first mapped here (transport/pinned_slabs.py).
     """
 
-    def __init__(self, setup: WorkerSetup, context: BaseContext, zygote: Zygote | None = None):
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        context: BaseContext,
+        zygote: Zygote | None = None,
+        registrar: HostRegistrar | None = None,
+    ):
         options = setup.workers
         num_workers = options.num_workers
         self._num_workers = num_workers
@@ -144,7 +150,8 @@ class ProcessPool:
         slab_options = options.slab_options or SlabOptions.from_env()
         prefetch = 2 if options.prefetch_factor is None else options.prefetch_factor
         slabs = slab_options.resolve(loader_prefix(), num_workers, prefetch)
-        self._link = MainEnd(slabs, self._send_control)
+        pinned = PinnedSlabs(registrar) if registrar is not None else None
+        self._link = MainEnd(slabs, self._send_control, pinned)
         _close_at_exit(self)
         self._poller = select.poll()
         self._fd_owner: dict[int, tuple[str, int]] = {}  # fd -> ("result"|"exit", worker)
@@ -314,6 +321,11 @@ class ProcessPool:
     def bytes_received(self) -> int:
         """Bytes that crossed from the workers: pipe frames plus shared-memory data."""
         return self._link.bytes_received
+
+    @property
+    def pinned_slabs(self) -> PinnedSlabs | None:
+        """The slabs' registrations as pinned memory (None: not registered)."""
+        return self._link.pinned
 
     @property
     def mapped_slabs(self) -> int:

@@ -28,6 +28,7 @@ from conveyor.engine.workers.shared_records import RecordSharing
 from conveyor.engine.workers.worker_info import WorkerInfo, install_process_worker_info
 from conveyor.engine.workers.worker_kind import Pin, WorkerOptions, WorkerSetup
 from conveyor.string_table import warn_copy_on_read
+from conveyor.transport.cuda_host import cuda_registrar
 
 if TYPE_CHECKING:
     from conveyor.engine.workers.zygote import Zygote
@@ -146,7 +147,10 @@ class ProcessWorkers:
         if setup.workers.share_records and setup.prepare_graph is None:  # not a DataPipe graph
             view = self._records.worker_view(setup.fetch.dataset).dataset
             setup = setup._replace(fetch=setup.fetch._replace(dataset=view))
-        pool = ProcessPool(setup, context, zygote=self._zygote_for(context))
+        # pin_memory=True on CUDA: the slabs themselves become pinned memory, so the pin
+        # thread's pin function finds the batch pinned already and copies nothing
+        registrar = cuda_registrar() if pin is not None else None
+        pool = ProcessPool(setup, context, zygote=self._zygote_for(context), registrar=registrar)
         if pin is None:
             return pool, None
         return PinningPool(pool, pin), None  # pinned in a background thread
