@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from conveyor.stats.report import LoaderStats, StageProfile
@@ -26,13 +26,19 @@ class StepClock:
     __slots__ = (
         "_in_flight_sum",
         "_last_exit",
+        "_ready",
         "_ready_batches",
         "_worker_batches",
         "_worker_busy",
+        "_worker_collate",
+        "_worker_cpu",
+        "_worker_longest",
         "batches",
         "bytes_moved",
         "certificate",
         "compute_s",
+        "decisions",
+        "ready_wait_s",
         "samples",
         "skipped",
         "stage_source",
@@ -49,8 +55,14 @@ class StepClock:
         self._last_exit: float | None = None
         self._worker_batches: dict[int, int] = {}
         self._worker_busy: dict[int, float] = {}
+        self._worker_cpu: dict[int, float] = {}
+        self._worker_collate: dict[int, float] = {}
+        self._worker_longest: dict[int, float] = {}
         self._ready_batches = 0
+        self._ready = False  # the batch being handed out was waiting already
+        self.ready_wait_s = 0.0  # time inside next() for batches that were already there
         self._in_flight_sum = 0
+        self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
         self.skipped = 0
         self.bytes_moved = 0
         self.startup_s = 0.0
@@ -62,12 +74,20 @@ class StepClock:
     def queue_seen(self, ready: bool, in_flight: int) -> None:
         """Multi-worker: whether the batch was waiting already, and how many were in work."""
         self._ready_batches += ready
+        self._ready = ready
         self._in_flight_sum += in_flight
 
-    def worker_did(self, worker_id: int, busy_s: float) -> None:
-        """A worker reported one task that kept it busy for ``busy_s``."""
+    def worker_did(
+        self, worker_id: int, busy_s: float, cpu_s: float = 0.0, collate_s: float = 0.0
+    ) -> None:
+        """A worker reported one task that kept it busy for ``busy_s`` (``cpu_s`` of it on
+        a CPU, ``collate_s`` of it in collate_fn)."""
         self._worker_batches[worker_id] = self._worker_batches.get(worker_id, 0) + 1
         self._worker_busy[worker_id] = self._worker_busy.get(worker_id, 0.0) + busy_s
+        self._worker_cpu[worker_id] = self._worker_cpu.get(worker_id, 0.0) + cpu_s
+        self._worker_collate[worker_id] = self._worker_collate.get(worker_id, 0.0) + collate_s
+        if busy_s > self._worker_longest.get(worker_id, 0.0):
+            self._worker_longest[worker_id] = busy_s
 
     def enter(self) -> float:
         now = time.perf_counter()
@@ -81,6 +101,9 @@ class StepClock:
             self.startup_s = now - entered  # start-up, not steady-state waiting
         else:
             self.wait_s += now - entered
+            if self._ready:
+                self.ready_wait_s += now - entered
+        self._ready = False
         self._last_exit = now
         self.batches += 1
         self.samples += samples
@@ -89,7 +112,14 @@ class StepClock:
         from conveyor.stats.report import LoaderStats, WorkerStats
 
         workers = tuple(
-            WorkerStats(w, self._worker_batches[w], self._worker_busy[w])
+            WorkerStats(
+                w,
+                self._worker_batches[w],
+                self._worker_busy[w],
+                self._worker_cpu[w],
+                self._worker_collate[w],
+                self._worker_longest.get(w, 0.0),
+            )
             for w in sorted(self._worker_batches)
         )
         return LoaderStats(
@@ -106,6 +136,8 @@ class StepClock:
             stages=self._stages(),
             epoch_digest=self.certificate[0],
             epoch_samples=self.certificate[1],
+            ready_wait_s=self.ready_wait_s,
+            decisions=tuple(self.decisions),
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:

@@ -240,7 +240,7 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             return  # a late answer to a task of an abandoned epoch
         info = reply.info
         if info is not None:
-            self.clock.worker_did(worker_id, info.busy_s)
+            self.clock.worker_did(worker_id, info.busy_s, info.cpu_s, info.collate_s)
             self._record_skips(info.skips)
             if info.stages is not None:
                 self.clock.worker_stages[worker_id] = info.stages

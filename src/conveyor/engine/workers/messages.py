@@ -85,6 +85,8 @@ class BatchInfo(NamedTuple):
     stages: Any  # cumulative per-stage timings (profile_stages=True), or None
     samples: int = 0  # samples in the batch
     digest: tuple[int, int] | None = None  # (digest, count) of its samples' identities
+    cpu_s: float = 0.0  # CPU time of the worker's thread while fetching (busy_s - cpu_s: I/O)
+    collate_s: float = 0.0  # of busy_s, time inside collate_fn
 
 
 class Reply(NamedTuple):

@@ -125,7 +125,9 @@ def _answer(
     task: Task, fetcher: Fetcher, cadence: StateCadence, timers: _Timers, where: str
 ) -> Reply:
     """Fetch one task; the dataset's state goes with it when ``cadence`` says so."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
+    collate = fetcher.collate_timer
+    collate_started = 0.0 if collate is None else collate.total_s
     try:
         capture = cadence.now()
         with skip_sink().forwarded():  # the main process warns once for the whole loader
@@ -134,7 +136,14 @@ def _answer(
         stages = timers.snapshot()
         busy = time.perf_counter() - started
         info = BatchInfo(
-            busy, state, fetcher.take_skips(), stages, fetcher.last_count, fetcher.last_digest
+            busy,
+            state,
+            fetcher.take_skips(),
+            stages,
+            fetcher.last_count,
+            fetcher.last_digest,
+            time.thread_time() - cpu_started,
+            0.0 if collate is None else collate.total_s - collate_started,
         )
         return Reply(task.task_id, msg.OK, data, info)
     except BatchSkipped:
