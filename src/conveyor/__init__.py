@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
+    from conveyor.engine.loop.autotune import AutotuneOptions
     from conveyor.engine.workers.sample_seeding import sample_generators
     from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutotuneOptions",
     "BatchSampler",
     "ChainDataset",
     "ConcatDataset",
@@ -125,6 +127,7 @@ _LAZY = {
     "merge_checkpoints": "conveyor.state.loader_state",
     "TarShards": "conveyor.datapipes.iter.shards",
     "sample_generators": "conveyor.engine.workers.sample_seeding",
+    "AutotuneOptions": "conveyor.engine.loop.autotune",
 }
 
 

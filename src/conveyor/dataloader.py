@@ -18,6 +18,7 @@ from conveyor.distributed import (
     warn_if_sampler_does_not_shard,
     world_and_rank,
 )
+from conveyor.engine.loop.autotune import AutotuneOptions
 from conveyor.engine.loop.base_iterator import LoaderIterator
 from conveyor.engine.loop.multi_worker import MultiWorkerIterator
 from conveyor.engine.loop.options import (
@@ -101,6 +102,7 @@ _OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "snapshot_every_n_steps": ("", "snapshot_every_n_steps"),
     "share_records": ("workers", "share_records"),
     "sample_seed": ("", "sample_seed"),
+    "autotune": ("", "autotune"),
 }
 
 
@@ -220,6 +222,7 @@ class DataLoader(TorchDataLoader[T_co]):
     snapshot_every_n_steps: int | None
     share_records: bool
     sample_seed: int | None
+    autotune: bool | AutotuneOptions
 
     # conveyor's own state; names no subclass is likely to use (PopTorch's loader sets
     # `self._options`, others `_resume`, ...)
@@ -257,6 +260,7 @@ class DataLoader(TorchDataLoader[T_co]):
         max_worker_restarts: int | None = None,
         share_records: bool | None = None,
         sample_seed: int | None = None,
+        autotune: bool | AutotuneOptions = False,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -300,8 +304,9 @@ class DataLoader(TorchDataLoader[T_co]):
             profile_stages=profile_stages,
             snapshot_every_n_steps=snapshot_every_n_steps,
             sample_seed=sample_seed,
+            autotune=autotune,
         )
-        given = {"timeout": timeout}  # kept as given, as torch does
+        given = {"timeout": timeout, "autotune": autotune}  # kept as given, as torch does
         for name in _OPTION_FIELDS:  # torch's order; set as torch does (subclasses see it)
             setattr(self, name, given.get(name, _option_value(options, name)))
             if name == "worker_init_fn":

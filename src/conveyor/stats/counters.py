@@ -89,6 +89,14 @@ class StepClock:
         if busy_s > self._worker_longest.get(worker_id, 0.0):
             self._worker_longest[worker_id] = busy_s
 
+    def worker_totals(self) -> tuple[float, float, int]:
+        """All workers' busy seconds, CPU seconds and tasks so far (autotune's window)."""
+        return (
+            sum(self._worker_busy.values()),
+            sum(self._worker_cpu.values()),
+            sum(self._worker_batches.values()),
+        )
+
     def enter(self) -> float:
         now = time.perf_counter()
         if self._last_exit is not None:
