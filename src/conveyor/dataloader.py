@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
@@ -59,6 +60,7 @@ from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
 
 if TYPE_CHECKING:
+    from conveyor.doctor import DoctorReport
     from conveyor.stats.report import LoaderStats
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
@@ -491,6 +493,43 @@ class DataLoader(TorchDataLoader[T_co]):
         data versus computing, and per-worker busy time. ``stats().summary()`` says in
         one line whether the loader is the bottleneck."""
         return (self._conveyor_epoch_clock or StepClock()).snapshot()
+
+    def doctor(
+        self,
+        step: Callable[[Any], object] | None = None,
+        batches: int = 48,
+        counterfactual: bool = True,
+        max_seconds: float = 20.0,
+    ) -> DoctorReport:
+        """Measure where this loader's time goes under ``step`` (your training step, called
+        with each batch; None: a blocking wait as long as the last epoch's step), name the
+        bottleneck and the top fix with its predicted gain, and run the fix on a copy of
+        this loader to measure it (``counterfactual``). ``print(report)`` or
+        ``report.to_json()``; see docs/guide/doctor.md.
+
+        Runs up to ``batches`` batches (or ``max_seconds``) twice plus a short replay of
+        cached batches through ``step``. The first run is an epoch of this loader, left
+        unfinished, so its sampler's generator moves on as an epoch would.
+        """
+        from conveyor.doctor import examine
+
+        return examine(self, step, batches, counterfactual, max_seconds)
+
+    def _conveyor_variant(self, **changes: Any) -> DataLoader[T_co]:
+        """A copy with torch attributes changed (``num_workers``, ``in_order``,
+        ``prefetch_factor``, ``worker_type``): the doctor's counterfactual. It shares the
+        dataset and sampler, and has epochs of its own."""
+        variant = copy.copy(self)  # __getstate__: no epoch of this loader comes along
+        variant.__dict__.update(_iterator=None, _conveyor_persistent=None, _conveyor_resume=None)
+        worker_type = changes.pop("worker_type", None)
+        if worker_type is not None:  # a kind of its own: this loader's stays open
+            options = self._conveyor_options.changed("workers", kind=worker_kind(worker_type))
+            variant.__dict__.update(_conveyor_options=options, worker_type=worker_type)
+        if changes.get("num_workers", 0) > 0 and self.prefetch_factor is None:
+            changes.setdefault("prefetch_factor", 2)
+        for name, value in changes.items():
+            setattr(variant, name, value)
+        return variant
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> LoaderStateDict:

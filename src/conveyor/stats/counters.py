@@ -38,6 +38,7 @@ class StepClock:
         "certificate",
         "compute_s",
         "decisions",
+        "held_sum",
         "ready_wait_s",
         "samples",
         "skipped",
@@ -62,6 +63,7 @@ class StepClock:
         self._ready = False  # the batch being handed out was waiting already
         self.ready_wait_s = 0.0  # time inside next() for batches that were already there
         self._in_flight_sum = 0
+        self.held_sum = 0
         self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
         self.skipped = 0
         self.bytes_moved = 0
@@ -71,9 +73,11 @@ class StepClock:
         # the epoch's data-order certificate (conveyor.state.certificate): digest, samples
         self.certificate: tuple[str, int] = ("0" * 16, 0)
 
-    def queue_seen(self, ready: bool, in_flight: int) -> None:
-        """Multi-worker: whether the batch was waiting already, and how many were in work."""
+    def queue_seen(self, ready: bool, in_flight: int, held: int = 0) -> None:
+        """Multi-worker: whether the batch was waiting already, how many were in work, and
+        (when it was not) how many later results were ready behind it (in order)."""
         self._ready_batches += ready
+        self.held_sum += held
         self._ready = ready
         self._in_flight_sum += in_flight
 
@@ -145,6 +149,7 @@ class StepClock:
             epoch_digest=self.certificate[0],
             epoch_samples=self.certificate[1],
             ready_wait_s=self.ready_wait_s,
+            held_sum=self.held_sum,
             decisions=tuple(self.decisions),
         )
 

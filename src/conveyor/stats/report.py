@@ -100,6 +100,14 @@ class LoaderStats:
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
     ready_wait_s: float = 0.0  # of wait_s, inside next() for batches already there
     decisions: tuple[Decision, ...] = ()  # autotune's changes this epoch, in order
+    held_sum: int = 0  # in order: results ready behind the awaited one, summed over waits
+
+    @property
+    def mean_held_while_waiting(self) -> float:
+        """In order: later batches already there, on average, when the loop had to wait
+        for one (head-of-line blocking; 0 in arrival order)."""
+        waits = self.batches - self.ready_batches
+        return self.held_sum / waits if waits > 0 else 0.0
 
     @property
     def workers_busy_share(self) -> float:

@@ -72,7 +72,7 @@ def classify(stats: LoaderStats) -> Verdict:
         return _workers_busy(stats)
     mean = sum(w.busy_s for w in stats.workers) / max(1, sum(w.batches for w in stats.workers))
     longest = max(w.longest_s for w in stats.workers)
-    if mean > 0 and longest >= STRAGGLER_RATIO * mean:
+    if mean > 0 and longest >= STRAGGLER_RATIO * mean and stats.mean_held_while_waiting >= 1:
         return Verdict(
             STRAGGLER,
             True,

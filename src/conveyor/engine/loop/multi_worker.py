@@ -225,11 +225,12 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             self._handle_all(self._require_pool().receive(0.0))  # already arrived?
             result = self._buffer.pop()
         ready, in_flight = result is not EMPTY, self._in_flight.awaited
+        held = 0 if ready else self._buffer.held  # ready results behind the awaited one
         while True:
             if result is not EMPTY:
                 data = self._unwrap(result)
                 if data is not _SKIPPED:
-                    self.clock.queue_seen(ready, in_flight)
+                    self.clock.queue_seen(ready, in_flight, held)
                     if self._tuner is not None:
                         self._autotune()
                     return data
