@@ -68,7 +68,12 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     stats, period = run.stats, run.period_s
     # what the loader costs the loop: its wait in next() and what it slows the step by
     excess = period - floor_s
-    if excess <= BOTTLENECK_WAIT_SHARE * period:
+    gil = facts.worker_type == "thread" and facts.num_workers > 0 and _gil_bound(run, facts)
+    # a step slower than its floor with little wait in next() is the machine's noise, not
+    # the loader's, unless thread workers hold the GIL the step needs
+    if excess <= BOTTLENECK_WAIT_SHARE * period or (
+        stats.wait_share <= BOTTLENECK_WAIT_SHARE and not gil
+    ):
         evidence = (
             f"one batch every {period * 1e3:.1f} ms against {floor_s * 1e3:.1f} ms for the step "
             f"alone (headspace); the loop waited for data {stats.wait_share:.0%} of its time"
@@ -79,7 +84,7 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         return _no_workers(run, floor_s, facts)
     if run.gc_pause_s >= 0.3 * excess * run.batches:
         return _gc(run, floor_s)
-    if facts.worker_type == "thread" and _gil_bound(run, facts):
+    if gil:
         return _gil(run, floor_s, facts)
     workers = stats.workers
     busy_s = sum(w.busy_s for w in workers)

@@ -60,7 +60,7 @@ class DoctorReport:
                 {
                     "worker_id": w.worker_id,
                     "batches": w.batches,
-                    "busy_share": w.busy_s / run.wall_s if run.wall_s else 0.0,
+                    "busy_share": _busy_share(w.busy_s, run),
                     "cpu_ms_per_batch": 1e3 * w.cpu_s / max(1, w.batches),
                     "busy_ms_per_batch": 1e3 * w.busy_s / max(1, w.batches),
                     "collate_ms_per_batch": 1e3 * w.collate_s / max(1, w.batches),
@@ -101,7 +101,7 @@ class DoctorReport:
         for w in stats.workers:
             per = max(1, w.batches)
             lines.append(
-                f"  worker {w.worker_id}: busy {w.busy_s / max(run.wall_s, 1e-9):.0%}, "
+                f"  worker {w.worker_id}: busy {_busy_share(w.busy_s, run):.0%}, "
                 f"{1e3 * w.busy_s / per:.1f} ms per batch ({1e3 * w.cpu_s / per:.1f} on a CPU, "
                 f"{1e3 * w.collate_s / per:.1f} collating), longest {1e3 * w.longest_s:.1f} ms"
             )
@@ -120,3 +120,10 @@ class DoctorReport:
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _busy_share(busy_s: float, run: Measurement) -> float:
+    """A worker's busy time over the run, its first batch (start-up) included as its busy
+    time is."""
+    total = run.wall_s + run.stats.startup_s
+    return min(1.0, busy_s / total) if total > 0 else 0.0

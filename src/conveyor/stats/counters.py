@@ -28,11 +28,7 @@ class StepClock:
         "_last_exit",
         "_ready",
         "_ready_batches",
-        "_worker_batches",
-        "_worker_busy",
-        "_worker_collate",
-        "_worker_cpu",
-        "_worker_longest",
+        "_workers",
         "batches",
         "bytes_moved",
         "certificate",
@@ -54,11 +50,8 @@ class StepClock:
         self.wait_s = 0.0
         self.compute_s = 0.0
         self._last_exit: float | None = None
-        self._worker_batches: dict[int, int] = {}
-        self._worker_busy: dict[int, float] = {}
-        self._worker_cpu: dict[int, float] = {}
-        self._worker_collate: dict[int, float] = {}
-        self._worker_longest: dict[int, float] = {}
+        # per worker: [tasks, busy s, CPU s, collate s, longest task s] (one lookup a task)
+        self._workers: dict[int, list[float]] = {}
         self._ready_batches = 0
         self._ready = False  # the batch being handed out was waiting already
         self.ready_wait_s = 0.0  # time inside next() for batches that were already there
@@ -86,20 +79,19 @@ class StepClock:
     ) -> None:
         """A worker reported one task that kept it busy for ``busy_s`` (``cpu_s`` of it on
         a CPU, ``collate_s`` of it in collate_fn)."""
-        self._worker_batches[worker_id] = self._worker_batches.get(worker_id, 0) + 1
-        self._worker_busy[worker_id] = self._worker_busy.get(worker_id, 0.0) + busy_s
-        self._worker_cpu[worker_id] = self._worker_cpu.get(worker_id, 0.0) + cpu_s
-        self._worker_collate[worker_id] = self._worker_collate.get(worker_id, 0.0) + collate_s
-        if busy_s > self._worker_longest.get(worker_id, 0.0):
-            self._worker_longest[worker_id] = busy_s
+        counts = self._workers.get(worker_id)
+        if counts is None:
+            counts = self._workers[worker_id] = [0, 0.0, 0.0, 0.0, 0.0]
+        counts[0] += 1
+        counts[1] += busy_s
+        counts[2] += cpu_s
+        counts[3] += collate_s
+        counts[4] = max(counts[4], busy_s)
 
     def worker_totals(self) -> tuple[float, float, int]:
         """All workers' busy seconds, CPU seconds and tasks so far (autotune's window)."""
-        return (
-            sum(self._worker_busy.values()),
-            sum(self._worker_cpu.values()),
-            sum(self._worker_batches.values()),
-        )
+        counts = self._workers.values()
+        return sum(c[1] for c in counts), sum(c[2] for c in counts), int(sum(c[0] for c in counts))
 
     def enter(self) -> float:
         now = time.perf_counter()
@@ -124,15 +116,8 @@ class StepClock:
         from conveyor.stats.report import LoaderStats, WorkerStats
 
         workers = tuple(
-            WorkerStats(
-                w,
-                self._worker_batches[w],
-                self._worker_busy[w],
-                self._worker_cpu[w],
-                self._worker_collate[w],
-                self._worker_longest.get(w, 0.0),
-            )
-            for w in sorted(self._worker_batches)
+            WorkerStats(w, int(c[0]), c[1], c[2], c[3], c[4])
+            for w, c in sorted(self._workers.items())
         )
         return LoaderStats(
             batches=self.batches,
