@@ -154,3 +154,29 @@ def test_doctor_without_a_step_uses_the_last_epoch_s_and_checks_batches() -> Non
     assert report.floor_s >= 0.004
     with pytest.raises(ValueError, match="batches >= 4"):
         loader.doctor(batches=2)
+
+
+class ManyObjects(Items):
+    """Samples of many small containers: a loop that keeps them fills the heap."""
+
+    def __getitem__(self, i: int) -> list[list[int]]:
+        return [[i, j] for j in range(1000)]
+
+
+def test_gc_pauses_over_a_large_heap_are_found_and_freezing_helps() -> None:
+    heap = [[i] for i in range(300_000)]  # live objects every full collection scans again
+    kept: list[Any] = []
+
+    def step(batch: Any) -> None:
+        kept.append(batch)  # the loop keeps what it saw (logged outputs, a replay buffer)
+        time.sleep(0.004)
+
+    loader = DataLoader(
+        ManyObjects(4000), batch_size=4, num_workers=2, worker_type="thread", collate_fn=list
+    )
+    report = loader.doctor(step, batches=64)
+    assert report.bottleneck == "GC pauses"
+    assert report.diagnosis.fix.gc_freeze and report.run.gc_collections > 0
+    assert report.measured_gain is not None
+    kept.clear()
+    del heap

@@ -69,10 +69,11 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     # what the loader costs the loop: its wait in next() and what it slows the step by
     excess = period - floor_s
     gil = facts.worker_type == "thread" and facts.num_workers > 0 and _gil_bound(run, facts)
+    gc_bound = run.gc_pause_s >= 0.3 * excess * run.batches
     # a step slower than its floor with little wait in next() is the machine's noise, not
-    # the loader's, unless thread workers hold the GIL the step needs
+    # the loader's, unless thread workers hold the GIL the step needs or GC pauses it
     if excess <= BOTTLENECK_WAIT_SHARE * period or (
-        stats.wait_share <= BOTTLENECK_WAIT_SHARE and not gil
+        stats.wait_share <= BOTTLENECK_WAIT_SHARE and not gil and not gc_bound
     ):
         evidence = (
             f"one batch every {period * 1e3:.1f} ms against {floor_s * 1e3:.1f} ms for the step "
@@ -82,7 +83,7 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         return Diagnosis("training step", evidence, keeps_up, period, period)
     if facts.num_workers == 0:
         return _no_workers(run, floor_s, facts)
-    if run.gc_pause_s >= 0.3 * excess * run.batches:
+    if gc_bound:
         return _gc(run, floor_s)
     if gil:
         return _gil(run, floor_s, facts)
@@ -118,10 +119,11 @@ def _no_workers(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnos
 
 
 def _gc(run: Measurement, floor_s: float) -> Diagnosis:
+    gap = run.period_s - floor_s
     evidence = (
-        f"{run.gc_collections} garbage collections paused the main process "
-        f"{run.gc_pause_s * 1e3:.0f} ms, {run.gc_pause_s / max(run.stats.wait_s, 1e-9):.0%} of "
-        "its wait for data"
+        f"{run.gc_collections} garbage collections paused the process "
+        f"{run.gc_per_batch_s * 1e3:.1f} ms per batch, of the {gap * 1e3:.1f} ms by which a "
+        "batch takes longer than the step alone (large heaps of live objects scanned again)"
     )
     predicted = max(floor_s, run.period_s - run.gc_per_batch_s)
     fix = Fix("gc.freeze() once the dataset is built (the heap is not scanned again)", {}, True)

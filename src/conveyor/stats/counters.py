@@ -88,6 +88,11 @@ class StepClock:
         counts[3] += collate_s
         counts[4] = max(counts[4], busy_s)
 
+    @property
+    def ready_batches(self) -> int:
+        """Batches that were waiting already when next() asked (workers only)."""
+        return self._ready_batches
+
     def worker_totals(self) -> tuple[float, float, int]:
         """All workers' busy seconds, CPU seconds and tasks so far (autotune's window)."""
         counts = self._workers.values()

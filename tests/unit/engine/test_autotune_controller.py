@@ -11,11 +11,18 @@ from conveyor.stats.counters import StepClock
 
 
 def _window(
-    clock: StepClock, batches: int, wait_s: float, step_s: float, busy_s: float, cpu: float = 1.0
+    clock: StepClock,
+    batches: int,
+    wait_s: float,
+    step_s: float,
+    busy_s: float,
+    cpu: float = 1.0,
+    ready: bool = False,
 ) -> None:
     """``batches`` more batches: each waited ``wait_s`` and computed ``step_s``; each task
-    kept a worker busy ``busy_s`` (``cpu`` of it on a CPU)."""
+    kept a worker busy ``busy_s`` (``cpu`` of it on a CPU); ``ready``: already there."""
     for _ in range(batches):
+        clock.queue_seen(ready, 1)
         clock.batches += 1
         clock.wait_s += wait_s
         clock.compute_s += step_s
@@ -46,7 +53,26 @@ def test_no_wait_retires_one_worker_per_two_quiet_windows_down_to_min() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=4, min_workers=2), 4, 2, True)
     clock = StepClock()
     actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.05, busy_s=0.001)
-    assert actives == [4, 4, 3, 3, 2, 2, 2, 2]
+    # start-up, quiet, retire; the change settling, quiet, retire; settling; at the minimum
+    assert actives == [4, 4, 3, 3, 3, 2, 2, 2]
+
+
+def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    _run(tuner, clock, 2, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
+    assert tuner.active == 6
+    # quiet now, and the model says 5 suffice: 5 was seen short, so 6 stays
+    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.04) == [6] * 6
+    # the step doubles: 3 suffice, retired one at a time
+    actives = _run(tuner, clock, 9, wait_s=0.0, step_s=0.02, busy_s=0.04)
+    assert actives[-1] == 3 and sorted(actives, reverse=True) == actives
+
+
+def test_waits_with_batches_ready_are_the_main_process_s_and_change_nothing() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=1), 4, 2, True)
+    _run(tuner, StepClock(), 4, wait_s=0.01, step_s=0.01, busy_s=0.04, ready=True)
+    assert (tuner.active, tuner.per_worker) == (1, 2)
 
 
 def test_waiting_with_enough_workers_deepens_prefetch_then_stops_at_the_cap() -> None:

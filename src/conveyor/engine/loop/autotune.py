@@ -134,24 +134,42 @@ def autotune_options(value: bool | AutotuneOptions | None) -> AutotuneOptions | 
 class _Window:
     """Cumulative counters at the start of the current window."""
 
-    __slots__ = ("batches", "busy_s", "compute_s", "cpu_s", "wait_s", "worker_batches")
+    __slots__ = ("batches", "busy_s", "compute_s", "cpu_s", "ready", "wait_s", "worker_batches")
 
-    def __init__(
-        self,
-        batches: int = 0,
-        wait_s: float = 0.0,
-        compute_s: float = 0.0,
-        busy_s: float = 0.0,
-        cpu_s: float = 0.0,
-        worker_batches: int = 0,
-    ) -> None:
-        self.batches, self.wait_s, self.compute_s = batches, wait_s, compute_s
-        self.busy_s, self.cpu_s, self.worker_batches = busy_s, cpu_s, worker_batches
+    def __init__(self, clock: StepClock | None = None) -> None:
+        if clock is None:
+            self.batches = self.ready = self.worker_batches = 0
+            self.wait_s = self.compute_s = self.busy_s = self.cpu_s = 0.0
+            return
+        self.batches, self.ready = clock.batches, clock.ready_batches
+        self.wait_s, self.compute_s = clock.wait_s, clock.compute_s
+        self.busy_s, self.cpu_s, self.worker_batches = clock.worker_totals()
+
+
+class _Rates:
+    """One window's rates: the loop's wait share and step, the workers' busy time and CPU
+    share per task, batches ready when asked, and the workers the step needs."""
+
+    def __init__(self, before: _Window, now: _Window, headroom: float) -> None:
+        batches = max(1, now.batches - before.batches)
+        wait, step = now.wait_s - before.wait_s, now.compute_s - before.compute_s
+        tasks = now.worker_batches - before.worker_batches
+        busy_s = now.busy_s - before.busy_s
+        self.busy = busy_s / tasks if tasks else 0.0
+        self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s) if busy_s > 0 else 1.0
+        self.wait_share = wait / (wait + step) if wait + step > 0 else 0.0
+        self.ready_share = (now.ready - before.ready) / batches
+        self.step = step / batches
+        self.need = math.ceil(self.busy * (1 + headroom) / max(self.step, 1e-6))
 
 
 class Tuner:
     """The controller of one iterator (all its epochs). Pure: reads a `StepClock`, returns
-    numbers; the iterator applies them."""
+    numbers; the iterator applies them.
+
+    Against oscillation: the window after a change is skipped (it measures the change
+    taking effect), and a worker count at which the loop waited is not retired to again
+    until the step time moves by a quarter."""
 
     def __init__(
         self, options: AutotuneOptions, ceiling: int, prefetch_factor: int, workers_tunable: bool
@@ -164,6 +182,9 @@ class Tuner:
         self.active = max(floor, min(initial, ceiling)) if workers_tunable else ceiling
         self.per_worker = max(1, prefetch_factor)
         self._quiet_windows = 0
+        self._settling = False
+        self._too_few = 0  # the most workers at which the loop was seen waiting
+        self._too_few_step = 0.0  # the step time then
         self._window = _Window()
 
     @property
@@ -173,58 +194,66 @@ class Tuner:
     def new_epoch(self) -> None:
         self._window = _Window()
         self._quiet_windows = 0
+        self._settling = False
 
     def observe(self, clock: StepClock) -> Decision | None:
         """Called once per delivered batch; every ``window_batches`` it may decide."""
         if clock.batches - self._window.batches < self.options.window_batches:
             return None
-        now = _Window(clock.batches, clock.wait_s, clock.compute_s, *clock.worker_totals())
-        before, self._window = self._window, now
-        if before.batches == 0:
-            return None  # the first window holds start-up (workers starting, caches filling)
-        return self._decide(before, now, clock.bytes_moved / max(1, clock.batches), clock.batches)
+        before, self._window = self._window, _Window(clock)
+        if before.batches == 0 or self._settling:
+            self._settling = False  # start-up, or the last change taking effect
+            return None
+        rates = _Rates(before, self._window, self.options.headroom)
+        decision = self._decide(rates, clock.bytes_moved / max(1, clock.batches), clock.batches)
+        self._settling = decision is not None
+        return decision
 
-    def _decide(
-        self, before: _Window, now: _Window, bytes_per_batch: float, batch: int
-    ) -> Decision | None:
-        batches = now.batches - before.batches
-        wait, step = now.wait_s - before.wait_s, now.compute_s - before.compute_s
-        worked = now.worker_batches - before.worker_batches
-        busy = (now.busy_s - before.busy_s) / worked if worked else 0.0
-        cpu_share = (now.cpu_s - before.cpu_s) / (now.busy_s - before.busy_s) if busy else 1.0
-        wait_share = wait / (wait + step) if wait + step > 0 else 0.0
-        step_per_batch = step / batches
-        need = math.ceil(busy * (1 + self.options.headroom) / max(step_per_batch, 1e-6))
+    def _decide(self, rates: _Rates, bytes_per_batch: float, batch: int) -> Decision | None:
+        if self._too_few and abs(rates.step - self._too_few_step) > 0.25 * self._too_few_step:
+            self._too_few = 0  # the step changed: what was too few may not be now
         active, per_worker, reason = self.active, self.per_worker, ""
-        if wait_share > self.options.target_wait_share:
+        if rates.wait_share > self.options.target_wait_share:
             self._quiet_windows = 0
-            if self.workers_tunable and active < self._most_workers(cpu_share):
-                active = min(max(active + 1, need), self._most_workers(cpu_share))
-                reason = f"the loop waited {wait_share:.0%} of its time; {need} workers needed"
+            if rates.ready_share >= 0.8:
+                return None  # batches were there: the main process's wait, not the workers'
+            self._too_few, self._too_few_step = max(self._too_few, active), rates.step
+            most = self._most_workers(rates.cpu_share)
+            waited = f"the loop waited {rates.wait_share:.0%} of its time"
+            if self.workers_tunable and active < most:
+                active = min(max(active + 1, rates.need), most)
+                reason = f"{waited}; {rates.need} workers needed"
             elif per_worker < self.options.max_prefetch_factor:
                 per_worker += 1
-                reason = f"the loop waited {wait_share:.0%} with enough workers: deeper prefetch"
-        elif self.workers_tunable and need < active and active > self.options.min_workers:
+                reason = f"{waited} with enough workers: deeper prefetch"
+        elif self._may_retire(rates):
             self._quiet_windows += 1
             if self._quiet_windows >= 2:
                 self._quiet_windows = 0
                 active -= 1
-                reason = f"no wait, {need} of {self.active} workers suffice"
+                reason = f"no wait, {rates.need} of {self.active} workers suffice"
         else:
             self._quiet_windows = 0
         per_worker = self._within_memory(active, per_worker, bytes_per_batch)
         if (active, per_worker) == (self.active, self.per_worker):
             return None
+        self.active, self.per_worker = active, per_worker
+        return self._decided(batch, reason or "memory budget")
+
+    def _may_retire(self, rates: _Rates) -> bool:
+        floor = max(self.options.min_workers, self._too_few + 1)
+        return self.workers_tunable and rates.need < self.active and self.active > floor
+
+    def _decided(self, batch: int, reason: str) -> Decision:
         from conveyor.stats.report import Decision  # loaded with the first change (S4)
 
-        self.active, self.per_worker = active, per_worker
-        decision = Decision(batch, active, self.tasks_in_flight, reason or "memory budget")
+        decision = Decision(batch, self.active, self.tasks_in_flight, reason)
         log.info(
             "autotune: %d of %d workers, %d tasks in flight (%s)",
-            active,
+            self.active,
             self.ceiling,
             decision.tasks_in_flight,
-            decision.reason,
+            reason,
         )
         return decision
 
