@@ -194,6 +194,11 @@ class DataLoader(TorchDataLoader[T_co]):
             a sample's augmentations from them and they are the same for that sample in
             every run, on any worker count or kind, resumed or not (seeded from
             ``(sample_seed, epoch, index)``). None (the default): off.
+        autotune: ``True`` or a ``conveyor.AutotuneOptions``: ``num_workers`` becomes a
+            ceiling, and while the epoch runs autotune chooses how many of those workers
+            take tasks and how many tasks are in flight, so the loop does not wait at the
+            least CPU. The batches, their order and checkpoints are those of the fixed
+            loader; ``stats().decisions`` lists the changes. See docs/guide/doctor.md.
 
     Raises:
         ValueError: for arguments that exclude each other or are out of range, naming the

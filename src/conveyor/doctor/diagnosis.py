@@ -161,12 +161,16 @@ def _main_process(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagn
 
 
 def _gil_bound(run: Measurement, facts: LoaderFacts) -> bool:
-    """Thread workers on a CPU most of a core together (not waiting on I/O), the whole
+    """Thread workers busy and on a CPU for much of it (not waiting on I/O), the whole
     process no more than about one core's worth: they take turns holding the GIL."""
     if facts.num_workers < 2 or facts.cpus < 2 or run.wall_s <= 0:
         return False
-    workers_cores = sum(w.cpu_s for w in run.stats.workers) / run.wall_s
-    return workers_cores >= 0.5 and run.main_cpu_s < GIL_CORES * run.wall_s
+    workers = run.stats.workers
+    busy_s = sum(w.busy_s for w in workers)
+    busy_share = busy_s / (len(workers) * run.wall_s) if workers else 0.0
+    on_cpu = sum(w.cpu_s for w in workers) / busy_s if busy_s > 0 else 0.0
+    # busy, on a CPU for a good part of it (not I/O), yet the process under ~1 core
+    return busy_share >= 0.3 and on_cpu >= 0.25 and run.main_cpu_s < GIL_CORES * run.wall_s
 
 
 def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
@@ -180,8 +184,8 @@ def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         f"process {run.main_cpu_s / run.wall_s:.1f} cores' worth: Python code holds the GIL"
         f" (it also slows the step by {max(0.0, slowed) * 1e3:.1f} ms a batch)"
     )
-    # in processes each batch costs its CPU time, spread over the workers
-    predicted = _predicted(floor_s, cpu / workers)
+    # in processes each batch costs its CPU time, spread over the workers and the CPUs
+    predicted = _predicted(floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts)))
     changes = {"worker_type": "process", "num_workers": workers}
     fix = Fix(f"worker_type='process', num_workers={workers}", changes)
     return Diagnosis("GIL (thread workers)", evidence, fix, run.period_s, predicted)
@@ -225,15 +229,19 @@ def _cpu_workers(
 def _cpu_bound_period(
     run: Measurement, facts: LoaderFacts, busy: float, cpu: float, workers: int
 ) -> float:
-    """The loader's period with ``workers`` CPU-bound workers. On a machine whose CPUs are
-    contended (workers runnable but queued), each runnable thread gets about an equal
-    share: the share measured tells how many others compete, and the share each of
-    ``workers`` would get follows."""
+    """The loader's period with ``workers`` workers whose batches cost ``cpu`` seconds of
+    CPU (and what they waited on beyond a CPU): no faster than each worker doing its
+    batches one by one, nor than the CPUs they can get doing all of them."""
     tasks = max(1, sum(w.batches for w in run.stats.workers))
-    queued = run.cpu_queue_s / tasks
-    if busy <= 0 or queued <= 0.2 * max(busy - cpu, 0.0):
-        return max(busy / workers, cpu / facts.cpus)
-    share = min(1.0, max(cpu / busy, 0.05))
-    others = max(0.0, facts.cpus / share - facts.num_workers)
-    share_then = min(1.0, facts.cpus / (others + workers))
-    return cpu / share_then / workers
+    waiting = max(0.0, busy - cpu - run.cpu_queue_s / tasks)  # I/O, not the CPU queue
+    return max((cpu + waiting) / workers, cpu / cores_for_workers(run, facts))
+
+
+def cores_for_workers(run: Measurement, facts: LoaderFacts) -> float:
+    """CPUs the workers could use: what they used plus what the machine left idle
+    (measured; all of them where that cannot be read), less the training loop's own."""
+    wall = max(run.wall_s, 1e-9)
+    used = sum(w.cpu_s for w in run.stats.workers) / wall
+    idle = run.idle_cores if run.idle_cores is not None else float(facts.cpus)
+    loop = min(1.0, run.loop_cpu_s / wall)
+    return max(0.1, min(facts.cpus - loop, used + idle))

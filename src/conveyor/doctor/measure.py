@@ -35,6 +35,7 @@ class Measurement:
     main_cpu_s: float  # the main process's CPU time (all its threads) during that time
     loop_cpu_s: float  # of which the training loop's own thread
     cpu_queue_s: float = 0.0  # workers runnable but waiting for a CPU (Linux schedstat)
+    idle_cores: float | None = None  # CPUs the whole machine left idle, on average (/proc/stat)
 
     @property
     def batches(self) -> int:
@@ -95,7 +96,7 @@ def measure(
         kept.append(first)
         step(first)
         tasks = _worker_tasks(iterator)
-        queued = _queued_s(tasks)
+        queued, ticks = _queued_s(tasks), _cpu_ticks()
         started, cpu_started = time.perf_counter(), time.process_time()
         loop_started = time.thread_time()
         deadline = started + max_seconds
@@ -109,13 +110,14 @@ def measure(
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         loop_cpu = time.thread_time() - loop_started
         queued = _queued_s(tasks) - queued
+        idle = _idle_cores(ticks, _cpu_ticks())
         stats = loader.stats()
     finally:
         close = getattr(iterator, "close", None)
         if close is not None and not getattr(loader, "persistent_workers", False):
             close()  # the doctor's run ends here: its workers too
     measured = Measurement(
-        stats, wall, gc_clock.pause_s, gc_clock.collections, cpu, loop_cpu, queued
+        stats, wall, gc_clock.pause_s, gc_clock.collections, cpu, loop_cpu, queued, idle
     )
     return measured, kept
 
@@ -151,6 +153,26 @@ def _queued_s(tasks: list[str]) -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total / 1e9
+
+
+def _cpu_ticks() -> tuple[int, int, int] | None:
+    """(idle ticks, all ticks, CPUs) of the whole machine so far; None if not Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            lines = stat.read().splitlines()
+    except OSError:
+        return None
+    fields = [int(x) for x in lines[0].split()[1:]]
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return fields[3] + fields[4], sum(fields[:8]), cpus  # idle + iowait; user .. steal
+
+
+def _idle_cores(
+    before: tuple[int, int, int] | None, after: tuple[int, int, int] | None
+) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return after[2] * (after[0] - before[0]) / (after[1] - before[1])
 
 
 def headspace(step: Step, batches: list[Any], replays: int = 16) -> float:
