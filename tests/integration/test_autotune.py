@@ -115,3 +115,13 @@ def test_it_retires_workers_while_the_loop_does_not_wait() -> None:
 def test_autotune_needs_workers() -> None:
     with pytest.raises(ValueError, match="num_workers > 0"):
         DataLoader(Latency(4, 0.0), autotune=True)
+
+
+def test_persistent_workers_keep_the_tuner_across_epochs_and_the_batches() -> None:
+    options = AutotuneOptions(initial_workers=1, window_batches=4)
+    fixed = _loader(False, "thread", persistent_workers=True)
+    tuned = _loader(options, "thread", persistent_workers=True)
+    for epoch in range(2):
+        assert _train(tuned, 0.001) == _train(fixed, 0.0)
+        if epoch == 0:
+            assert tuned.stats().decisions  # the second epoch starts from what it chose
