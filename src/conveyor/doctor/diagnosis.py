@@ -168,9 +168,17 @@ def _gil_bound(run: Measurement, facts: LoaderFacts) -> bool:
     workers = run.stats.workers
     busy_s = sum(w.busy_s for w in workers)
     busy_share = busy_s / (len(workers) * run.wall_s) if workers else 0.0
-    on_cpu = sum(w.cpu_s for w in workers) / busy_s if busy_s > 0 else 0.0
-    # busy, on a CPU for a good part of it (not I/O), yet the process under ~1 core
-    return busy_share >= 0.3 and on_cpu >= 0.25 and run.main_cpu_s < GIL_CORES * run.wall_s
+    cpu_s = sum(w.cpu_s for w in workers)
+    on_cpu = cpu_s / busy_s if busy_s > 0 else 0.0
+    # busy, on a CPU for part of it (a tenth: a loaded machine shares its CPUs too) and a
+    # fifth of a core together (waiting on I/O they use next to none), yet the process
+    # under ~1 core
+    return (
+        busy_share >= 0.3
+        and on_cpu >= 0.1
+        and cpu_s >= 0.2 * run.wall_s
+        and run.main_cpu_s < GIL_CORES * run.wall_s
+    )
 
 
 def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
