@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from conveyor.datapipes.dataframe import DFIterDataPipe
     from conveyor.datapipes.iter.shards import TarShards
     from conveyor.device import DeviceLoader, to_device
+    from conveyor.engine.loop.autotune import AutotuneOptions
     from conveyor.engine.workers.sample_seeding import sample_generators
     from conveyor.global_shuffle import GlobalShuffleSampler
     from conveyor.mixture import Mixture
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutotuneOptions",
     "BatchSampler",
     "ChainDataset",
     "ConcatDataset",
@@ -130,6 +132,7 @@ _LAZY = {
     "sample_generators": "conveyor.engine.workers.sample_seeding",
     "DeviceLoader": "conveyor.device",
     "to_device": "conveyor.device",
+    "AutotuneOptions": "conveyor.engine.loop.autotune",
 }
 
 

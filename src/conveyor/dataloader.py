@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os  # noqa: F401  # torch's module has it: tests patch conveyor.dataloader.os.cpu_count
@@ -18,6 +19,7 @@ from conveyor.distributed import (
     warn_if_sampler_does_not_shard,
     world_and_rank,
 )
+from conveyor.engine.loop.autotune import AutotuneOptions
 from conveyor.engine.loop.base_iterator import LoaderIterator
 from conveyor.engine.loop.multi_worker import MultiWorkerIterator
 from conveyor.engine.loop.options import (
@@ -59,6 +61,7 @@ from conveyor.torch_compat import DatasetKind as _DatasetKind
 from conveyor.torch_compat import TorchDataLoader, is_iterable_style
 
 if TYPE_CHECKING:
+    from conveyor.doctor import DoctorReport
     from conveyor.stats.report import LoaderStats
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
@@ -102,6 +105,7 @@ _OPTION_FIELDS: dict[str, tuple[str, str]] = {
     "snapshot_every_n_steps": ("", "snapshot_every_n_steps"),
     "share_records": ("workers", "share_records"),
     "sample_seed": ("", "sample_seed"),
+    "autotune": ("", "autotune"),
 }
 
 
@@ -191,6 +195,11 @@ class DataLoader(TorchDataLoader[T_co]):
             a sample's augmentations from them and they are the same for that sample in
             every run, on any worker count or kind, resumed or not (seeded from
             ``(sample_seed, epoch, index)``). None (the default): off.
+        autotune: ``True`` or a ``conveyor.AutotuneOptions``: ``num_workers`` becomes a
+            ceiling, and while the epoch runs autotune chooses how many of those workers
+            take tasks and how many tasks are in flight, so the loop does not wait at the
+            least CPU. The batches, their order and checkpoints are those of the fixed
+            loader; ``stats().decisions`` lists the changes. See docs/guide/doctor.md.
 
     Raises:
         ValueError: for arguments that exclude each other or are out of range, naming the
@@ -221,6 +230,7 @@ class DataLoader(TorchDataLoader[T_co]):
     snapshot_every_n_steps: int | None
     share_records: bool
     sample_seed: int | None
+    autotune: bool | AutotuneOptions
 
     # conveyor's own state; names no subclass is likely to use (PopTorch's loader sets
     # `self._options`, others `_resume`, ...)
@@ -258,6 +268,7 @@ class DataLoader(TorchDataLoader[T_co]):
         max_worker_restarts: int | None = None,
         share_records: bool | None = None,
         sample_seed: int | None = None,
+        autotune: bool | AutotuneOptions = False,
     ) -> None:
         # Checked in torch's order; each concern checks itself as it is built.
         check_snapshot_steps(snapshot_every_n_steps)
@@ -301,8 +312,9 @@ class DataLoader(TorchDataLoader[T_co]):
             profile_stages=profile_stages,
             snapshot_every_n_steps=snapshot_every_n_steps,
             sample_seed=sample_seed,
+            autotune=autotune,
         )
-        given = {"timeout": timeout}  # kept as given, as torch does
+        given = {"timeout": timeout, "autotune": autotune}  # kept as given, as torch does
         for name in _OPTION_FIELDS:  # torch's order; set as torch does (subclasses see it)
             setattr(self, name, given.get(name, _option_value(options, name)))
             if name == "worker_init_fn":
@@ -489,6 +501,43 @@ class DataLoader(TorchDataLoader[T_co]):
         data versus computing, and per-worker busy time. ``stats().summary()`` says in
         one line whether the loader is the bottleneck."""
         return (self._conveyor_epoch_clock or StepClock()).snapshot()
+
+    def doctor(
+        self,
+        step: Callable[[Any], object] | None = None,
+        batches: int = 48,
+        counterfactual: bool = True,
+        max_seconds: float = 20.0,
+    ) -> DoctorReport:
+        """Measure where this loader's time goes under ``step`` (your training step, called
+        with each batch; None: a blocking wait as long as the last epoch's step), name the
+        bottleneck and the top fix with its predicted gain, and run the fix on a copy of
+        this loader to measure it (``counterfactual``). ``print(report)`` or
+        ``report.to_json()``; see docs/guide/doctor.md.
+
+        Runs up to ``batches`` batches (or ``max_seconds``) twice plus a short replay of
+        cached batches through ``step``. The first run is an epoch of this loader, left
+        unfinished, so its sampler's generator moves on as an epoch would.
+        """
+        from conveyor.doctor import examine
+
+        return examine(self, step, batches, counterfactual, max_seconds)
+
+    def _conveyor_variant(self, **changes: Any) -> DataLoader[T_co]:
+        """A copy with torch attributes changed (``num_workers``, ``in_order``,
+        ``prefetch_factor``, ``worker_type``): the doctor's counterfactual. It shares the
+        dataset and sampler, and has epochs of its own."""
+        variant = copy.copy(self)  # __getstate__: no epoch of this loader comes along
+        variant.__dict__.update(_iterator=None, _conveyor_persistent=None, _conveyor_resume=None)
+        worker_type = changes.pop("worker_type", None)
+        if worker_type is not None:  # a kind of its own: this loader's stays open
+            options = self._conveyor_options.changed("workers", kind=worker_kind(worker_type))
+            variant.__dict__.update(_conveyor_options=options, worker_type=worker_type)
+        if changes.get("num_workers", 0) > 0 and self.prefetch_factor is None:
+            changes.setdefault("prefetch_factor", 2)
+        for name, value in changes.items():
+            setattr(variant, name, value)
+        return variant
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> LoaderStateDict:

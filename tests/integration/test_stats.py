@@ -150,3 +150,48 @@ def test_profile_stages_names_the_slowest_stage(num_workers: int, worker_type: s
 def test_profile_stages_needs_a_datapipe() -> None:
     with pytest.raises(ValueError, match="profile_stages"):
         DataLoader(SlowItems(3, 0.0), profile_stages=True)
+
+
+def _rebuilt_slowly(value: int) -> int:
+    """Unpickling in the main process costs 5 ms: the main process's share of next()."""
+    deadline = time.perf_counter() + 0.005
+    while time.perf_counter() < deadline:
+        pass
+    return value
+
+
+class SlowToReceive:
+    """A sample cheap to make in a worker and slow to unpickle in the main process."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return _rebuilt_slowly, (self.value,)
+
+
+class CheapItems:
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> SlowToReceive:
+        return SlowToReceive(i)
+
+
+def test_ready_batches_and_idle_workers_do_not_blame_the_workers() -> None:
+    """The issue's wrong verdict: batches ready when asked, workers mostly idle, yet the
+    loop waits inside next() (the main process unpickles): adding workers cannot help."""
+    loader = DataLoader(CheapItems(), batch_size=None, num_workers=2, collate_fn=lambda x: x)
+    for _ in loader:
+        deadline = time.perf_counter() + 0.004  # the training step: workers keep ahead
+        while time.perf_counter() < deadline:
+            pass
+    stats = loader.stats()
+    assert stats.wait_share > 0.2 and stats.ready_share >= 0.8
+    summary = stats.summary()
+    assert "the loader is the bottleneck" not in summary
+    assert "add workers" not in summary
+    assert "workers are not the bottleneck" in summary
+    assert stats.workers_busy_share < 0.5
+    assert stats.verdict().kind == "main process"
+    assert stats.ready_wait_s >= 0.5 * stats.wait_s

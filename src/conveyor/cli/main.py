@@ -19,7 +19,7 @@ from conveyor.cli.parsing import EXIT_ERROR, Parser, print_help_instead
 
 __all__ = ["COMMANDS", "build_parser", "main", "version_text"]
 
-COMMANDS: list[str] = ["demo", "shards", "bench"]
+COMMANDS: list[str] = ["demo", "shards", "bench", "doctor"]
 """Subcommand modules under ``conveyor.cli``, in help order."""
 
 

@@ -10,6 +10,7 @@ import torch
 from conveyor import sampler as plain
 from conveyor.dataloader import DataLoader
 from conveyor.dataset import Dataset
+from conveyor.engine.loop.autotune import AutotuneOptions
 from conveyor.engine.workers.worker_kind import MultiprocessingContext
 from conveyor.sampler import Sampler
 from conveyor.state.loader_state import LoaderStateDict
@@ -77,6 +78,7 @@ class StatefulDataLoader(DataLoader[T_co]):
         max_worker_restarts: int | None = None,
         share_records: bool | None = None,
         sample_seed: int | None = None,
+        autotune: bool | AutotuneOptions = False,
     ) -> None:
         # torchdata's parameters, in torchdata's order (code validates keyword arguments
         # against this signature: torchtitan), then conveyor's, keyword-only.
@@ -111,6 +113,7 @@ class StatefulDataLoader(DataLoader[T_co]):
             max_worker_restarts=max_worker_restarts,
             share_records=share_records,
             sample_seed=sample_seed,
+            autotune=autotune,
         )
         self._conveyor_held_iterator: Any = None
         if sampler is None and batch_sampler is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conveyor.stats.requests import RequestCounts
 
@@ -28,13 +28,16 @@ class StepClock:
     __slots__ = (
         "_in_flight_sum",
         "_last_exit",
+        "_ready",
         "_ready_batches",
-        "_worker_batches",
-        "_worker_busy",
+        "_workers",
         "batches",
         "bytes_moved",
         "certificate",
         "compute_s",
+        "decisions",
+        "held_sum",
+        "ready_wait_s",
         "requests",
         "samples",
         "skipped",
@@ -50,10 +53,14 @@ class StepClock:
         self.wait_s = 0.0
         self.compute_s = 0.0
         self._last_exit: float | None = None
-        self._worker_batches: dict[int, int] = {}
-        self._worker_busy: dict[int, float] = {}
+        # per worker: [tasks, busy s, CPU s, collate s, longest task s] (one lookup a task)
+        self._workers: dict[int, list[float]] = {}
         self._ready_batches = 0
+        self._ready = False  # the batch being handed out was waiting already
+        self.ready_wait_s = 0.0  # time inside next() for batches that were already there
         self._in_flight_sum = 0
+        self.held_sum = 0
+        self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
         self.skipped = 0
         self.bytes_moved = 0
         self.startup_s = 0.0
@@ -63,15 +70,37 @@ class StepClock:
         self.certificate: tuple[str, int] = ("0" * 16, 0)
         self.requests = RequestCounts()  # remote requests of the epoch, every process's
 
-    def queue_seen(self, ready: bool, in_flight: int) -> None:
-        """Multi-worker: whether the batch was waiting already, and how many were in work."""
+    def queue_seen(self, ready: bool, in_flight: int, held: int = 0) -> None:
+        """Multi-worker: whether the batch was waiting already, how many were in work, and
+        (when it was not) how many later results were ready behind it (in order)."""
         self._ready_batches += ready
+        self.held_sum += held
+        self._ready = ready
         self._in_flight_sum += in_flight
 
-    def worker_did(self, worker_id: int, busy_s: float) -> None:
-        """A worker reported one task that kept it busy for ``busy_s``."""
-        self._worker_batches[worker_id] = self._worker_batches.get(worker_id, 0) + 1
-        self._worker_busy[worker_id] = self._worker_busy.get(worker_id, 0.0) + busy_s
+    def worker_did(
+        self, worker_id: int, busy_s: float, cpu_s: float = 0.0, collate_s: float = 0.0
+    ) -> None:
+        """A worker reported one task that kept it busy for ``busy_s`` (``cpu_s`` of it on
+        a CPU, ``collate_s`` of it in collate_fn)."""
+        counts = self._workers.get(worker_id)
+        if counts is None:
+            counts = self._workers[worker_id] = [0, 0.0, 0.0, 0.0, 0.0]
+        counts[0] += 1
+        counts[1] += busy_s
+        counts[2] += cpu_s
+        counts[3] += collate_s
+        counts[4] = max(counts[4], busy_s)
+
+    @property
+    def ready_batches(self) -> int:
+        """Batches that were waiting already when next() asked (workers only)."""
+        return self._ready_batches
+
+    def worker_totals(self) -> tuple[float, float, int]:
+        """All workers' busy seconds, CPU seconds and tasks so far (autotune's window)."""
+        counts = self._workers.values()
+        return sum(c[1] for c in counts), sum(c[2] for c in counts), int(sum(c[0] for c in counts))
 
     def enter(self) -> float:
         now = time.perf_counter()
@@ -85,6 +114,9 @@ class StepClock:
             self.startup_s = now - entered  # start-up, not steady-state waiting
         else:
             self.wait_s += now - entered
+            if self._ready:
+                self.ready_wait_s += now - entered
+        self._ready = False
         self._last_exit = now
         self.batches += 1
         self.samples += samples
@@ -93,8 +125,8 @@ class StepClock:
         from conveyor.stats.report import LoaderStats, WorkerStats
 
         workers = tuple(
-            WorkerStats(w, self._worker_batches[w], self._worker_busy[w])
-            for w in sorted(self._worker_batches)
+            WorkerStats(w, int(c[0]), c[1], c[2], c[3], c[4])
+            for w, c in sorted(self._workers.items())
         )
         return LoaderStats(
             batches=self.batches,
@@ -111,6 +143,9 @@ class StepClock:
             epoch_digest=self.certificate[0],
             epoch_samples=self.certificate[1],
             requests=self.requests,
+            ready_wait_s=self.ready_wait_s,
+            held_sum=self.held_sum,
+            decisions=tuple(self.decisions),
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:

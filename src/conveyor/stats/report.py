@@ -8,10 +8,21 @@ when the first snapshot is taken (the loader's import time, S4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from conveyor.stats.requests import RequestCounts
 
-__all__ = ["BOTTLENECK_WAIT_SHARE", "LoaderStats", "StageProfile", "WorkerStats", "merge_stages"]
+if TYPE_CHECKING:
+    from conveyor.stats.verdict import Verdict
+
+__all__ = [
+    "BOTTLENECK_WAIT_SHARE",
+    "Decision",
+    "LoaderStats",
+    "StageProfile",
+    "WorkerStats",
+    "merge_stages",
+]
 
 # Above this share of wall time spent waiting in next(), the loader limits training.
 BOTTLENECK_WAIT_SHARE = 0.10
@@ -24,6 +35,19 @@ class WorkerStats:
     worker_id: int
     batches: int
     busy_s: float  # time spent fetching and collating
+    cpu_s: float = 0.0  # of busy_s, on a CPU (the rest: waiting on I/O, locks, the GIL)
+    collate_s: float = 0.0  # of busy_s, inside collate_fn
+    longest_s: float = 0.0  # the longest single task
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One change autotune made while the epoch ran (``stats().decisions``)."""
+
+    batch: int  # batches delivered when it was made
+    active_workers: int
+    tasks_in_flight: int  # the prefetch depth: tasks dispatched and not yet delivered
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,31 @@ class LoaderStats:
 
     in_flight_sum: int = 0  # tasks inside workers, summed over those next() calls
     requests: RequestCounts = field(default_factory=RequestCounts)  # remote, all processes
+    ready_wait_s: float = 0.0  # of wait_s, inside next() for batches already there
+    decisions: tuple[Decision, ...] = ()  # autotune's changes this epoch, in order
+    held_sum: int = 0  # in order: results ready behind the awaited one, summed over waits
+
+    @property
+    def mean_held_while_waiting(self) -> float:
+        """In order: later batches already there, on average, when the loop had to wait
+        for one (head-of-line blocking; 0 in arrival order)."""
+        waits = self.batches - self.ready_batches
+        return self.held_sum / waits if waits > 0 else 0.0
+
+    @property
+    def workers_busy_share(self) -> float:
+        """Workers' busy time over the time they were available (0 to 1; 0 without workers)."""
+        if not self.workers or self.elapsed_s <= 0:
+            return 0.0
+        busy = sum(w.busy_s for w in self.workers) / (len(self.workers) * self.elapsed_s)
+        return min(busy, 1.0)
+
+    def verdict(self) -> Verdict:
+        """What limits training, from these counters alone (`conveyor.stats.verdict`);
+        ``loader.doctor()`` measures more and predicts what a fix gains."""
+        from conveyor.stats.verdict import classify
+
+        return classify(self)
 
     @property
     def ready_share(self) -> float:
@@ -128,25 +177,9 @@ class LoaderStats:
             f"{self.startup_s:.2f} s, then waiting for data {self.wait_share:.0%} of the time"
         )
         if self.workers and self.elapsed_s > 0:
-            busy = sum(w.busy_s for w in self.workers) / (len(self.workers) * self.elapsed_s)
             head += (
                 f", {self.ready_share:.0%} of batches ready when asked, "
-                f"workers busy {min(busy, 1.0):.0%}"
+                f"workers busy {self.workers_busy_share:.0%}"
             )
         head += self._requests_note()
-        if not self.batches:
-            return head + ": nothing loaded yet"
-        if not self.loader_is_bottleneck:
-            return head + ": the loader keeps up; the training step is the bottleneck"
-        verdict = head + ": the loader is the bottleneck"
-        stage = self.slowest_stage()
-        if stage is not None:
-            verdict += f"; slowest stage: {stage.name} ({stage.self_s:.2f} s of work)"
-        slowest = self.slowest_worker()
-        if slowest is not None:
-            per_batch_ms = 1e3 * slowest.busy_s / slowest.batches
-            verdict += (
-                f" (workers busy {per_batch_ms:.1f} ms per batch; slowest worker "
-                f"{slowest.worker_id}): add workers or make __getitem__/collate cheaper"
-            )
-        return verdict
+        return f"{head}: {self.verdict().text}"

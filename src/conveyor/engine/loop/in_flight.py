@@ -105,18 +105,28 @@ class InFlight:
 
 
 class RoundRobin:
-    """Deals tasks to live workers in turn; a worker whose stream ended is skipped."""
+    """Deals tasks to live workers in turn; a worker whose stream ended is skipped, and so
+    is every worker from ``open`` on (autotune parks them: started, idle)."""
 
     def __init__(self, num_workers: int, active: list[bool] | None = None, start: int = 0):
         self.num_workers = num_workers
         self.active = [True] * num_workers if active is None else list(active)
         self.cursor = start  # the worker considered next
+        self.open = num_workers  # workers [0, open) take tasks
+
+    def takes_tasks(self, worker_id: int) -> bool:
+        return worker_id < self.open and self.active[worker_id]
+
+    @property
+    def taking(self) -> int:
+        """Workers that take tasks now."""
+        return sum(self.active[: self.open])
 
     def next(self, advance: bool = True) -> int | None:
         """The next live worker (and move past it unless ``advance`` is False); None if none."""
         for step in range(self.num_workers):
             worker_id = (self.cursor + step) % self.num_workers
-            if self.active[worker_id]:
+            if self.takes_tasks(worker_id):
                 if advance:
                     self.cursor = (worker_id + 1) % self.num_workers
                 return worker_id
@@ -129,7 +139,7 @@ class RoundRobin:
         for _ in range(self.num_workers):
             worker_id = self.cursor
             self.cursor = (worker_id + 1) % self.num_workers
-            if self.active[worker_id] and has_room(worker_id):
+            if self.takes_tasks(worker_id) and has_room(worker_id):
                 return worker_id
         return None
 

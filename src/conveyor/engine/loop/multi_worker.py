@@ -14,12 +14,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from conveyor.engine.loop.autotune import Tuner
 from conveyor.engine.loop.base_iterator import LoaderIterator
 from conveyor.engine.loop.in_flight import InFlight, RoundRobin
 from conveyor.engine.loop.plan import LoadPlan
 from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.resume.placed import has_control
-from conveyor.engine.resume.progress import Deliveries
+from conveyor.engine.resume.progress import Deliveries, IndexProgress, PlacedProgress
 from conveyor.engine.workers import messages as msg
 from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task
 from conveyor.engine.workers.pool import WorkerDiedError, WorkerPool
@@ -70,7 +71,19 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
         self._worker_handles: list[Any] = []
         self._owner_pid = os.getpid()
         self._next_task_id = 0
+        self._tuner = self._make_tuner()
         self._start_epoch(first=True, streams=streams)
+
+    def _make_tuner(self) -> Tuner | None:
+        """Autotune's controller, kept across persistent epochs; None when off (or for a
+        placed dataset, whose positions count on a fixed number of tasks in flight)."""
+        options = self._options.autotune
+        if options is None or isinstance(self._progress, PlacedProgress):
+            return None
+        workers = self._worker_options
+        # which worker fetches an index changes nothing delivered; a stream's worker does
+        tunable = type(self._progress) is IndexProgress
+        return Tuner(options, workers.num_workers, workers.prefetch_factor or 1, tunable)
 
     # ----------------------------------------------------------------- epochs
     def _start_epoch(self, first: bool, streams: StreamResume | None = None) -> None:
@@ -83,6 +96,9 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             self._dealer = RoundRobin(num_workers, list(streams.active), streams.next_worker)
             self._delivery.states = list(streams.states)
             self._delivery.counts = list(streams.counts)
+        if self._tuner is not None:
+            self._tuner.new_epoch()
+            self._dealer.open = self._tuner.active
         self._sampler_done = False
         self._begin_placed_epoch(streams is not None)
         self._bytes_at_epoch_start = 0 if self._pool is None else self._pool.bytes_received
@@ -152,9 +168,20 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
 
     # --------------------------------------------------------------- dispatch
     def _fill(self) -> None:
-        limit = self._worker_options.tasks_in_flight
+        limit = self._tasks_in_flight()
         while self._in_flight.outstanding < limit and self._dispatch_one():
             pass
+
+    def _tasks_in_flight(self) -> int:
+        tuner = self._tuner
+        return self._worker_options.tasks_in_flight if tuner is None else tuner.tasks_in_flight
+
+    def _autotune(self) -> None:
+        """A batch is delivered: the tuner may change the workers taking tasks or the depth."""
+        decision = self._tuner.observe(self.clock) if self._tuner is not None else None
+        if decision is not None:
+            self._dealer.open = decision.active_workers
+            self.clock.decisions.append(decision)
 
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
@@ -181,8 +208,8 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
 
     def _has_room(self, worker_id: int) -> bool:
         """torch's ready-first rule: a worker holds at most its share of the task budget."""
-        active = sum(self._dealer.active) or 1
-        return self._in_flight.load(worker_id) < self._worker_options.tasks_in_flight // active
+        active = self._dealer.taking or 1
+        return self._in_flight.load(worker_id) < self._tasks_in_flight() // active
 
     # ---------------------------------------------------------------- results
     def _next_data(self) -> Any:
@@ -198,11 +225,14 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             self._handle_all(self._require_pool().receive(0.0))  # already arrived?
             result = self._buffer.pop()
         ready, in_flight = result is not EMPTY, self._in_flight.awaited
+        held = 0 if ready else self._buffer.held  # ready results behind the awaited one
         while True:
             if result is not EMPTY:
                 data = self._unwrap(result)
                 if data is not _SKIPPED:
-                    self.clock.queue_seen(ready, in_flight)
+                    self.clock.queue_seen(ready, in_flight, held)
+                    if self._tuner is not None:
+                        self._autotune()
                     return data
                 result = self._buffer.pop()
                 continue
@@ -240,7 +270,7 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             return  # a late answer to a task of an abandoned epoch
         info = reply.info
         if info is not None:
-            self.clock.worker_did(worker_id, info.busy_s)
+            self.clock.worker_did(worker_id, info.busy_s, info.cpu_s, info.collate_s)
             if info.requests:
                 self.clock.requests += info.requests
             self._record_skips(info.skips)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from conveyor.engine.loop.autotune import AutotuneOptions, autotune_options
 from conveyor.engine.workers.fetch import FetchSpec
 from conveyor.engine.workers.frozen import Frozen
 from conveyor.engine.workers.worker_kind import WorkerOptions
@@ -134,6 +135,7 @@ class LoaderOptions(Frozen):
     """Everything a DataLoader was configured with, checked; the engine's only input."""
 
     __slots__ = (
+        "autotune",
         "data",
         "errors",
         "fullsync",
@@ -151,6 +153,7 @@ class LoaderOptions(Frozen):
     profile_stages: bool  # time every stage of a DataPipe graph
     snapshot_every_n_steps: int | None  # how often workers send their state (torchdata's)
     sample_seed: int | None  # per-sample generators (engine/workers/sample_seeding.py); None: off
+    autotune: AutotuneOptions | None  # engine/loop/autotune.py; None: off
 
     def __init__(
         self,
@@ -162,8 +165,15 @@ class LoaderOptions(Frozen):
         profile_stages: bool = False,
         snapshot_every_n_steps: int | None = None,
         sample_seed: int | None = None,
+        autotune: bool | AutotuneOptions | None = None,
     ) -> None:
         check_snapshot_steps(snapshot_every_n_steps)
+        autotune = autotune_options(autotune)
+        if autotune is not None and workers.num_workers == 0:
+            raise ValueError(
+                "autotune=True chooses how many of num_workers workers take tasks (num_workers "
+                "is its ceiling): give num_workers > 0"
+            )
         if sample_seed is not None and (type(sample_seed) is not int or sample_seed < 0):
             raise ValueError(f"sample_seed should be None or an int >= 0, got {sample_seed!r}")
         if errors.skip_bad_samples and data.iterable_style:

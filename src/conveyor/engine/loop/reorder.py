@@ -29,6 +29,11 @@ class InOrderBuffer:
     def expect(self, task_id: int) -> None:
         self._pending.append(task_id)
 
+    @property
+    def held(self) -> int:
+        """Results that arrived and wait for an earlier one (head-of-line blocking)."""
+        return len(self._arrived)
+
     def put(self, task_id: int, result: Any) -> None:
         self._arrived[task_id] = result
 
@@ -63,6 +68,8 @@ class InOrderBuffer:
 
 class ReadyFirstBuffer:
     """Hands results out in arrival order (``in_order=False``)."""
+
+    held = 0  # no result ever waits for another
 
     def __init__(self) -> None:
         self._ready: deque[Any] = deque()

@@ -6,6 +6,7 @@ paths produce identical batches.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -39,6 +40,24 @@ Skips = tuple[SkipRecord, ...]
 NO_SKIPS: Skips = ()
 
 
+class CollateTimer:
+    """``collate_fn`` with a running total of the seconds spent in it (the doctor's
+    collate share: two clock reads per batch, always on)."""
+
+    __slots__ = ("collate_fn", "total_s")
+
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+        self.total_s = 0.0
+
+    def __call__(self, samples: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.collate_fn(samples)
+        finally:
+            self.total_s += time.perf_counter() - started
+
+
 class BatchSkipped(Exception):
     """Every sample of a request failed and the ``"skip"`` policy dropped them all."""
 
@@ -53,6 +72,7 @@ class MapFetcher:
         self._getitems = getattr(dataset, "__getitems__", None) if auto_collation else None
         self.last_count = 0  # samples in the last batch fetched
         self.seeding: tuple[int | None, int] = (None, 0)  # (sample_seed, epoch)
+        self.collate_timer: CollateTimer | None = None  # set by make_fetcher
 
     def state(self) -> Any:
         """The dataset's own state (an RNG it draws from, say); None if it has none."""
@@ -171,6 +191,7 @@ class IterableFetcher:
         identify = getattr(dataset, "identify_last", None)
         self._identify = identify if callable(identify) else None
         self.seeding: tuple[int | None, int] = (None, 0)  # (sample_seed, epoch)
+        self.collate_timer: CollateTimer | None = None  # set by make_fetcher
 
     def take_skips(self) -> Skips:
         """Samples the pipeline skipped (``on_error="skip"``: the process's `SkipSink`)."""
@@ -274,11 +295,13 @@ def make_fetcher(spec: FetchSpec, dataset: Any, epoch: int = 0) -> MapFetcher | 
     """The fetcher ``spec`` asks for, over ``dataset`` (this consumer's prepared copy), for
     the loader's epoch ``epoch`` (per-sample generators are seeded from it)."""
     fetcher: MapFetcher | IterableFetcher
+    collate = CollateTimer(spec.collate_fn)
     if spec.iterable_style:
-        fetcher = IterableFetcher(dataset, spec.auto_collation, spec.collate_fn, spec.drop_last)
+        fetcher = IterableFetcher(dataset, spec.auto_collation, collate, spec.drop_last)
     elif spec.skip_bad_samples:
-        fetcher = SkippingMapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+        fetcher = SkippingMapFetcher(dataset, spec.auto_collation, collate)
     else:
-        fetcher = MapFetcher(dataset, spec.auto_collation, spec.collate_fn)
+        fetcher = MapFetcher(dataset, spec.auto_collation, collate)
     fetcher.seeding = (spec.sample_seed, epoch)
+    fetcher.collate_timer = collate
     return fetcher

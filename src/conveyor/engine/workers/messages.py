@@ -87,6 +87,8 @@ class BatchInfo(NamedTuple):
     samples: int = 0  # samples in the batch
     digest: tuple[int, int] | None = None  # (digest, count) of its samples' identities
     requests: RequestCounts | None = None  # remote requests made since the last reply
+    cpu_s: float = 0.0  # CPU time of the worker's thread while fetching (busy_s - cpu_s: I/O)
+    collate_s: float = 0.0  # of busy_s, time inside collate_fn
 
 
 class Reply(NamedTuple):

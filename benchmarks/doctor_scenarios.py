@@ -1,0 +1,177 @@
+"""loader.doctor() on the seeded scenarios at a larger size: top-1 diagnosis, predicted vs
+measured gain of its fix, and how long the doctor took. Medians over ``--reps`` runs.
+
+The scenarios are tests/integration/test_doctor.py's (a cost that spins is Python CPU, a
+sleep is latency, the step blocks as a GPU step does), with 64 batches per measured run.
+
+    python benchmarks/doctor_scenarios.py --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from conveyor import DataLoader
+
+
+def _spin(seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+class Items:
+    def __init__(self, n: int, spin_s: float = 0.0, sleep_s: float = 0.0) -> None:
+        self.n, self.spin_s, self.sleep_s = n, spin_s, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if self.spin_s:
+            _spin(self.spin_s)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return i
+
+
+class SlowClass(Items):
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(0.08 if i % 16 == 0 else 0.002)
+        return i
+
+
+class ManyObjects(Items):
+    def __getitem__(self, i: int) -> Any:
+        return [[i, j] for j in range(1000)]
+
+
+class SlowToUnpickle:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return _rebuilt_slowly, (self.value,)
+
+
+def _rebuilt_slowly(value: int) -> int:
+    _spin(0.006)
+    return value
+
+
+class CheapToMake(Items):
+    def __getitem__(self, i: int) -> Any:
+        return SlowToUnpickle(i)
+
+
+def _slow_collate(batch: list[int]) -> list[int]:
+    _spin(0.012)
+    return batch
+
+
+def _sleep(seconds: float) -> Callable[[Any], None]:
+    def step(batch: Any) -> None:
+        time.sleep(seconds)
+
+    return step
+
+
+def _keeping(seconds: float) -> Callable[[Any], None]:
+    kept: list[Any] = []
+
+    def step(batch: Any) -> None:
+        kept.append(batch)
+        time.sleep(seconds)
+
+    return step
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[], DataLoader[Any]], Callable[[Any], None]]] = {
+    "not the bottleneck": (
+        "training step",
+        lambda: DataLoader(Items(4000), batch_size=4, num_workers=1, worker_type="thread"),
+        _sleep(0.01),
+    ),
+    "I/O latency": (
+        "I/O latency",
+        lambda: DataLoader(
+            Items(4000, sleep_s=0.01), batch_size=2, num_workers=1, worker_type="thread"
+        ),
+        _sleep(0.004),
+    ),
+    "GIL-bound transform": (
+        "GIL (thread workers)",
+        lambda: DataLoader(
+            Items(4000, spin_s=0.003), batch_size=2, num_workers=2, worker_type="thread"
+        ),
+        _sleep(0.002),
+    ),
+    "decode-bound": (
+        "worker CPU (decode, transforms)",
+        lambda: DataLoader(Items(4000, spin_s=0.004), batch_size=2, num_workers=1),
+        _sleep(0.004),
+    ),
+    "collate-bound": (
+        "collate_fn",
+        lambda: DataLoader(Items(4000), batch_size=2, num_workers=1, collate_fn=_slow_collate),
+        _sleep(0.006),
+    ),
+    "slow sample class": (
+        "slow samples",
+        lambda: DataLoader(SlowClass(4000), batch_size=2, num_workers=4, worker_type="thread"),
+        _sleep(0.004),
+    ),
+    "main-process transport": (
+        "main process (transport)",
+        lambda: DataLoader(
+            CheapToMake(4000), batch_size=None, num_workers=2, collate_fn=lambda x: x
+        ),
+        _sleep(0.003),
+    ),
+    "GC spikes": (
+        "GC pauses",
+        lambda: DataLoader(
+            ManyObjects(4000), batch_size=4, num_workers=2, worker_type="thread", collate_fn=list
+        ),
+        _keeping(0.004),
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=64)
+    args = parser.parse_args()
+    heap = [[i] for i in range(300_000)]  # for the GC scenario: a heap every scan walks
+    print(f"load average before: {os.getloadavg()}")
+    print("| scenario | right (of reps) | fix | predicted gain | measured gain | doctor took |")
+    print("|---|---|---|---|---|---|")
+    right_total = 0
+    for name, (expected, make, step) in SCENARIOS.items():
+        right, predicted, measured, took, fixes = 0, [], [], [], set()
+        for _ in range(args.reps):
+            report = make().doctor(step, batches=args.batches)
+            right += report.bottleneck == expected
+            fixes.add(report.diagnosis.fix.description.split(" (")[0])
+            predicted.append(report.diagnosis.predicted_gain)
+            measured.append(report.measured_gain if report.measured_gain is not None else 0.0)
+            took.append(report.duration_s)
+        right_total += right == args.reps
+        print(
+            f"| {name} | {right}/{args.reps} | {'; '.join(sorted(fixes))} | "
+            f"{statistics.median(predicted):+.0%} | {statistics.median(measured):+.0%} | "
+            f"{statistics.median(took):.1f} s |"
+        )
+    print(f"scenarios right every time: {right_total} of {len(SCENARIOS)}")
+    print(f"load average after: {os.getloadavg()}")
+    del heap
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""From a measured run to a verdict: the bottleneck, the top fix and its predicted gain.
+
+Pure (no loaders run here), so every rule is unit-testable. The model: in steady state
+one batch takes ``period = max(step floor, loader period)``; the loader's period with
+``n`` workers is ``max(busy per batch / n, worker CPU per batch / CPUs free)`` plus what
+the main process spends per batch (receiving, GC). A fix changes one term; the predicted
+gain is the measured period over the predicted one, minus one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.doctor.measure import Measurement
+from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
+from conveyor.stats.verdict import CPU_SHARE, STRAGGLER_RATIO
+
+__all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]
+
+GIL_CORES = 1.3  # thread workers together on a CPU no more than this: the GIL holds them
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """What the doctor reads off the loader (its public attributes) and the machine."""
+
+    num_workers: int
+    worker_type: str
+    in_order: bool
+    prefetch_factor: int | None
+    cpus: int
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A change the counterfactual run can apply: loader attributes, or GC settings."""
+
+    description: str
+    changes: dict[str, Any] = field(default_factory=dict)  # loader attribute -> value
+    gc_freeze: bool = False  # gc.freeze() before the run (the heap stops being scanned)
+
+    @property
+    def applicable(self) -> bool:
+        return bool(self.changes) or self.gc_freeze
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict: ``bottleneck`` (a short name), why, the top fix and the period the
+    model predicts with it (``predicted_period_s``; the measured one if no fix)."""
+
+    bottleneck: str
+    evidence: str
+    fix: Fix
+    period_s: float
+    predicted_period_s: float
+
+    @property
+    def predicted_gain(self) -> float:
+        """Throughput gain the fix should bring (0.25: 25 % more batches per second)."""
+        return self.period_s / self.predicted_period_s - 1 if self.predicted_period_s else 0.0
+
+
+def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    """The bottleneck of ``run`` (its consumer's floor ``floor_s`` per batch) and its fix."""
+    stats, period = run.stats, run.period_s
+    # what the loader costs the loop: its wait in next() and what it slows the step by
+    excess = period - floor_s
+    gil = facts.worker_type == "thread" and facts.num_workers > 0 and _gil_bound(run, facts)
+    gc_bound = run.gc_pause_s >= 0.3 * excess * run.batches
+    # a step slower than its floor with little wait in next() is the machine's noise, not
+    # the loader's, unless thread workers hold the GIL the step needs or GC pauses it
+    if excess <= BOTTLENECK_WAIT_SHARE * period or (
+        stats.wait_share <= BOTTLENECK_WAIT_SHARE and not gil and not gc_bound
+    ):
+        evidence = (
+            f"one batch every {period * 1e3:.1f} ms against {floor_s * 1e3:.1f} ms for the step "
+            f"alone (headspace); the loop waited for data {stats.wait_share:.0%} of its time"
+        )
+        keeps_up = Fix("none: the loader keeps up")
+        return Diagnosis("training step", evidence, keeps_up, period, period)
+    if facts.num_workers == 0:
+        return _no_workers(run, floor_s, facts)
+    if gc_bound:
+        return _gc(run, floor_s)
+    if gil:
+        return _gil(run, floor_s, facts)
+    workers = stats.workers
+    busy_s = sum(w.busy_s for w in workers)
+    tasks = max(1, sum(w.batches for w in workers))
+    busy, cpu = busy_s / tasks, sum(w.cpu_s for w in workers) / tasks
+    collate = sum(w.collate_s for w in workers) / tasks
+    longest = max((w.longest_s for w in workers), default=0.0)
+    held = stats.mean_held_while_waiting  # later batches ready while the loop waited
+    if facts.in_order and held >= 1 and longest >= STRAGGLER_RATIO * busy > 0:
+        return _straggler(run, floor_s, facts, busy, longest)
+    if stats.ready_share >= 0.8 and stats.workers_busy_share < 0.6:
+        return _main_process(run, floor_s, facts)
+    # off a CPU: waiting for one (runnable, the machine is short) or on I/O
+    queued = run.cpu_queue_s / tasks
+    if cpu < CPU_SHARE * busy and queued < 0.5 * (busy - cpu):
+        return _waiting_workers(run, floor_s, facts, busy)
+    return _cpu_workers(run, floor_s, facts, busy, cpu, collate)
+
+
+def _predicted(floor_s: float, loader_s: float) -> float:
+    return max(floor_s, loader_s)
+
+
+def _no_workers(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    load = run.wait_per_batch_s  # loading happens inside next()
+    workers = max(1, min(facts.cpus, math.ceil(load * 1.2 / max(floor_s, 1e-6))))
+    predicted = _predicted(floor_s, max(load / workers, load / max(1, facts.cpus - 1)))
+    evidence = f"loading takes {load * 1e3:.1f} ms per batch inside next(), in the loop's process"
+    fix = Fix(f"num_workers={workers}", {"num_workers": workers})
+    return Diagnosis("loading in the training loop", evidence, fix, run.period_s, predicted)
+
+
+def _gc(run: Measurement, floor_s: float) -> Diagnosis:
+    gap = run.period_s - floor_s
+    evidence = (
+        f"{run.gc_collections} garbage collections paused the process "
+        f"{run.gc_per_batch_s * 1e3:.1f} ms per batch, of the {gap * 1e3:.1f} ms by which a "
+        "batch takes longer than the step alone (large heaps of live objects scanned again)"
+    )
+    predicted = max(floor_s, run.period_s - run.gc_per_batch_s)
+    fix = Fix("gc.freeze() once the dataset is built (the heap is not scanned again)", {}, True)
+    return Diagnosis("GC pauses", evidence, fix, run.period_s, predicted)
+
+
+def _straggler(
+    run: Measurement, floor_s: float, facts: LoaderFacts, busy: float, longest: float
+) -> Diagnosis:
+    evidence = (
+        f"some batches take {longest * 1e3:.0f} ms against {busy * 1e3:.1f} ms on average; "
+        f"while the loop waited, {run.stats.mean_held_while_waiting:.1f} later batches were "
+        "ready behind the slow one (in order)"
+    )
+    predicted = _predicted(floor_s, busy / facts.num_workers)
+    fix = Fix("in_order=False (ready batches first; the order changes)", {"in_order": False})
+    return Diagnosis("slow samples", evidence, fix, run.period_s, predicted)
+
+
+def _main_process(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    stats = run.stats
+    evidence = (
+        f"{stats.ready_share:.0%} of batches were ready when asked and the workers busy "
+        f"{stats.workers_busy_share:.0%}, yet next() took {run.wait_per_batch_s * 1e3:.1f} ms: "
+        "the main process receiving batches (unpickling, copying) is the cost"
+    )
+    if facts.worker_type == "process":
+        predicted = _predicted(floor_s, run.period_s - run.wait_per_batch_s)
+        fix = Fix(
+            "worker_type='thread' (batches not pickled across processes)", {"worker_type": "thread"}
+        )
+    else:
+        predicted, fix = run.period_s, Fix("make batches cheaper to hand over (fewer objects)")
+    return Diagnosis("main process (transport)", evidence, fix, run.period_s, predicted)
+
+
+def _gil_bound(run: Measurement, facts: LoaderFacts) -> bool:
+    """Thread workers busy and on a CPU for much of it (not waiting on I/O), the whole
+    process no more than about one core's worth: they take turns holding the GIL."""
+    if facts.num_workers < 2 or facts.cpus < 2 or run.wall_s <= 0:
+        return False
+    workers = run.stats.workers
+    busy_s = sum(w.busy_s for w in workers)
+    busy_share = busy_s / (len(workers) * run.wall_s) if workers else 0.0
+    cpu_s = sum(w.cpu_s for w in workers)
+    on_cpu = cpu_s / busy_s if busy_s > 0 else 0.0
+    # busy, on a CPU for part of it (a tenth: a loaded machine shares its CPUs too) and a
+    # fifth of a core together (waiting on I/O they use next to none), yet the process
+    # under ~1 core
+    return (
+        busy_share >= 0.3
+        and on_cpu >= 0.1
+        and cpu_s >= 0.2 * run.wall_s
+        and run.main_cpu_s < GIL_CORES * run.wall_s
+    )
+
+
+def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    workers = min(facts.num_workers, facts.cpus)
+    stats = run.stats
+    tasks = max(1, sum(w.batches for w in stats.workers))
+    cpu = sum(w.cpu_s for w in stats.workers) / tasks
+    slowed = run.step_per_batch_s - floor_s
+    evidence = (
+        f"{facts.num_workers} thread workers on a CPU {cpu * 1e3:.1f} ms per batch, the "
+        f"process {run.main_cpu_s / run.wall_s:.1f} cores' worth: Python code holds the GIL"
+        f" (it also slows the step by {max(0.0, slowed) * 1e3:.1f} ms a batch)"
+    )
+    # in processes each batch costs its CPU time, spread over the workers and the CPUs
+    predicted = _predicted(floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts)))
+    changes = {"worker_type": "process", "num_workers": workers}
+    fix = Fix(f"worker_type='process', num_workers={workers}", changes)
+    return Diagnosis("GIL (thread workers)", evidence, fix, run.period_s, predicted)
+
+
+def _waiting_workers(
+    run: Measurement, floor_s: float, facts: LoaderFacts, busy: float
+) -> Diagnosis:
+    workers = max(facts.num_workers + 1, math.ceil(busy * 1.2 / max(floor_s, 1e-6)))
+    workers = min(workers, 4 * max(facts.cpus, facts.num_workers), 32)
+    evidence = (
+        f"workers busy {busy * 1e3:.1f} ms per batch, mostly off a CPU (waiting on I/O "
+        "latency): more of them cost little CPU"
+    )
+    predicted = _predicted(floor_s, busy / workers)
+    changes: dict[str, Any] = {"num_workers": workers}
+    if facts.worker_type == "process" and workers > facts.cpus:
+        changes["worker_type"] = "thread"  # waiting threads are cheaper than processes
+    fix = Fix(", ".join(f"{k}={v!r}" for k, v in changes.items()) + " (or read ahead)", changes)
+    return Diagnosis("I/O latency", evidence, fix, run.period_s, predicted)
+
+
+def _cpu_workers(
+    run: Measurement, floor_s: float, facts: LoaderFacts, busy: float, cpu: float, collate: float
+) -> Diagnosis:
+    name = "collate_fn" if collate >= 0.5 * busy else "worker CPU (decode, transforms)"
+    evidence = f"workers on a CPU {cpu * 1e3:.1f} ms per batch"
+    if name == "collate_fn":
+        evidence += f", {collate * 1e3:.1f} ms of it in collate_fn"
+    # the loop's own CPU (a step on the CPU) leaves fewer cores for workers
+    free = max(1.0, facts.cpus - min(1.0, run.loop_cpu_s / run.wall_s))
+    workers = min(math.ceil(busy * 1.2 / max(floor_s, 1e-6)), round(free))
+    if workers <= facts.num_workers:
+        fix = Fix(f"make {name} cheaper (no CPU is free for more workers)")
+        return Diagnosis(name, evidence, fix, run.period_s, run.period_s)
+    predicted = _predicted(floor_s, _cpu_bound_period(run, facts, busy, cpu, workers))
+    fix = Fix(f"num_workers={workers}", {"num_workers": workers})
+    return Diagnosis(name, evidence, fix, run.period_s, predicted)
+
+
+def _cpu_bound_period(
+    run: Measurement, facts: LoaderFacts, busy: float, cpu: float, workers: int
+) -> float:
+    """The loader's period with ``workers`` workers whose batches cost ``cpu`` seconds of
+    CPU (and what they waited on beyond a CPU): no faster than each worker doing its
+    batches one by one, nor than the CPUs they can get doing all of them."""
+    tasks = max(1, sum(w.batches for w in run.stats.workers))
+    waiting = max(0.0, busy - cpu - run.cpu_queue_s / tasks)  # I/O, not the CPU queue
+    return max((cpu + waiting) / workers, cpu / cores_for_workers(run, facts))
+
+
+def cores_for_workers(run: Measurement, facts: LoaderFacts) -> float:
+    """CPUs the workers could use: what they used plus what the machine left idle
+    (measured; all of them where that cannot be read), less the training loop's own."""
+    wall = max(run.wall_s, 1e-9)
+    used = sum(w.cpu_s for w in run.stats.workers) / wall
+    idle = run.idle_cores if run.idle_cores is not None else float(facts.cpus)
+    loop = min(1.0, run.loop_cpu_s / wall)
+    return max(0.1, min(facts.cpus - loop, used + idle))

@@ -1,0 +1,81 @@
+"""``loader.doctor()``: measure, replay for headspace, diagnose, then try the fix."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from conveyor.doctor.diagnosis import Fix, LoaderFacts, diagnose
+from conveyor.doctor.measure import Step, headspace, measure
+from conveyor.doctor.report import Counterfactual, DoctorReport
+from conveyor.engine.loop.autotune import available_cpus
+
+__all__ = ["examine"]
+
+
+def examine(
+    loader: Any,
+    step: Step | None = None,
+    batches: int = 48,
+    counterfactual: bool = True,
+    max_seconds: float = 20.0,
+) -> DoctorReport:
+    """See ``DataLoader.doctor``."""
+    if batches < 4:
+        raise ValueError(f"doctor needs batches >= 4 to measure a steady state, got {batches}")
+    started = time.perf_counter()
+    step = step if step is not None else _step_like_last_epoch(loader)
+    run, kept = measure(loader, step, batches, max_seconds)
+    floor = headspace(step, kept)
+    del kept
+    facts = LoaderFacts(
+        num_workers=loader.num_workers,
+        worker_type=getattr(loader, "worker_type", "process"),
+        in_order=loader.in_order,
+        prefetch_factor=loader.prefetch_factor,
+        cpus=available_cpus(),
+    )
+    diagnosis = diagnose(run, floor, facts)
+    after = None
+    if counterfactual and diagnosis.fix.applicable:
+        after = _try(loader, diagnosis.fix, step, batches, max_seconds)
+    return DoctorReport(facts, run, floor, diagnosis, after, time.perf_counter() - started)
+
+
+def _try(loader: Any, fix: Fix, step: Step, batches: int, max_seconds: float) -> Counterfactual:
+    """The same measurement on a copy of ``loader`` with ``fix`` applied."""
+    with warnings.catch_warnings():
+        # the fix may ask for more process workers than CPUs on purpose (waiting workers)
+        warnings.simplefilter("ignore", UserWarning)
+        variant = loader._conveyor_variant(**fix.changes)
+        with _gc_frozen(fix.gc_freeze):
+            run, _ = measure(variant, step, batches, max_seconds)
+    return Counterfactual(run, run.period_s)
+
+
+@contextlib.contextmanager
+def _gc_frozen(freeze: bool) -> Iterator[None]:
+    if not freeze:
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _step_like_last_epoch(loader: Any) -> Step:
+    """No step given: block for as long as the last epoch's step took (none: no step)."""
+    stats = loader.stats()
+    seconds = stats.compute_s / stats.batches if stats.batches > 1 else 0.0
+
+    def step(batch: Any) -> None:
+        if seconds:
+            time.sleep(seconds)  # a step that blocks (a GPU's), as the last epoch's did
+
+    return step

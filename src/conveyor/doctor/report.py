@@ -1,0 +1,129 @@
+"""What ``loader.doctor()`` returns: the measurements, the verdict, predicted vs measured."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from conveyor.doctor.diagnosis import Diagnosis, LoaderFacts
+from conveyor.doctor.measure import Measurement
+
+__all__ = ["Counterfactual", "DoctorReport"]
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """The short run with the fix applied."""
+
+    run: Measurement
+    period_s: float  # measured with the fix
+
+    def gain_over(self, before_s: float) -> float:
+        return before_s / self.period_s - 1 if self.period_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """``loader.doctor()``: print it (``text()``) or keep it (``as_dict()``, ``to_json()``)."""
+
+    facts: LoaderFacts
+    run: Measurement
+    floor_s: float  # the step alone, per batch (headspace)
+    diagnosis: Diagnosis
+    counterfactual: Counterfactual | None
+    duration_s: float
+
+    @property
+    def bottleneck(self) -> str:
+        return self.diagnosis.bottleneck
+
+    @property
+    def measured_gain(self) -> float | None:
+        after = self.counterfactual
+        return None if after is None else after.gain_over(self.run.period_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        run, stats, diagnosis = self.run, self.run.stats, self.diagnosis
+        return {
+            "loader": vars(self.facts),
+            "period_ms": run.period_s * 1e3,
+            "step_floor_ms": self.floor_s * 1e3,
+            "wait_share": stats.wait_share,
+            "ready_share": stats.ready_share,
+            "mean_in_flight": stats.mean_in_flight,
+            "bytes_per_batch": stats.bytes_moved / max(1, stats.batches),
+            "gc_pause_ms": run.gc_pause_s * 1e3,
+            "gc_collections": run.gc_collections,
+            "main_process_cores": run.main_cpu_s / run.wall_s if run.wall_s else 0.0,
+            "workers": [
+                {
+                    "worker_id": w.worker_id,
+                    "batches": w.batches,
+                    "busy_share": _busy_share(w.busy_s, run),
+                    "cpu_ms_per_batch": 1e3 * w.cpu_s / max(1, w.batches),
+                    "busy_ms_per_batch": 1e3 * w.busy_s / max(1, w.batches),
+                    "collate_ms_per_batch": 1e3 * w.collate_s / max(1, w.batches),
+                    "longest_ms": 1e3 * w.longest_s,
+                }
+                for w in stats.workers
+            ],
+            "bottleneck": diagnosis.bottleneck,
+            "evidence": diagnosis.evidence,
+            "fix": diagnosis.fix.description,
+            "fix_changes": diagnosis.fix.changes,
+            "predicted_gain": diagnosis.predicted_gain,
+            "measured_gain": self.measured_gain,
+            "measured_period_ms_with_fix": (
+                None if self.counterfactual is None else self.counterfactual.period_s * 1e3
+            ),
+            "duration_s": self.duration_s,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2, default=str)
+
+    def text(self) -> str:
+        run, stats, d = self.run, self.run.stats, self.diagnosis
+        facts = self.facts
+        lines = [
+            f"conveyor doctor: {facts.num_workers} {facts.worker_type} workers, "
+            f"in_order={facts.in_order}, prefetch_factor={facts.prefetch_factor}, "
+            f"{facts.cpus} CPUs",
+            f"  one batch every {run.period_s * 1e3:.1f} ms; the step alone (headspace, "
+            f"cached batches): {self.floor_s * 1e3:.1f} ms",
+            f"  waiting for data {stats.wait_share:.0%}; {stats.ready_share:.0%} of batches "
+            f"ready when asked; {stats.mean_in_flight:.1f} tasks in flight on average",
+            f"  main process: {run.main_cpu_s / max(run.wall_s, 1e-9):.2f} cores; "
+            f"GC paused it {run.gc_pause_s * 1e3:.0f} ms ({run.gc_collections} collections); "
+            f"{stats.bytes_moved / max(1, stats.batches) / 1e3:.0f} kB per batch crossed",
+        ]
+        for w in stats.workers:
+            per = max(1, w.batches)
+            lines.append(
+                f"  worker {w.worker_id}: busy {_busy_share(w.busy_s, run):.0%}, "
+                f"{1e3 * w.busy_s / per:.1f} ms per batch ({1e3 * w.cpu_s / per:.1f} on a CPU, "
+                f"{1e3 * w.collate_s / per:.1f} collating), longest {1e3 * w.longest_s:.1f} ms"
+            )
+        lines += [
+            f"bottleneck: {d.bottleneck}: {d.evidence}",
+            f"top fix: {d.fix.description}; predicted gain {d.predicted_gain:+.0%}",
+        ]
+        after = self.counterfactual
+        if after is not None:
+            lines.append(
+                f"counterfactual: one batch every {after.period_s * 1e3:.1f} ms with the fix: "
+                f"predicted {d.predicted_gain:+.0%}, measured {after.gain_over(run.period_s):+.0%}"
+            )
+        lines.append(f"(doctor took {self.duration_s:.1f} s)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _busy_share(busy_s: float, run: Measurement) -> float:
+    """A worker's busy time over the run, its first batch (start-up) included as its busy
+    time is."""
+    total = run.wall_s + run.stats.startup_s
+    return min(1.0, busy_s / total) if total > 0 else 0.0

@@ -1,0 +1,120 @@
+"""The verdict of ``stats().summary()``: what limits training, from the counters alone.
+
+A high data-wait share alone does not make the workers the bottleneck: when batches were
+ready before the loop asked and the workers sat mostly idle, the time inside ``next()``
+went to the main process taking batches in (receiving, unpickling, pinning, GC pauses),
+and more workers would not help. So the verdict reads the wait share together with the
+ready share, the workers' busy share and how much of their busy time was on a CPU.
+``loader.doctor()`` (`conveyor.doctor`) starts from the same kinds and measures further.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conveyor.stats.report import LoaderStats
+
+__all__ = ["BUSY_SHARE", "READY_SHARE", "Verdict", "classify"]
+
+BUSY_SHARE = 0.6  # workers busy at least this share of the time: they limit the loader
+READY_SHARE = 0.8  # batches ready when asked at least this often: workers keep ahead
+CPU_SHARE = 0.5  # below this share of busy time on a CPU, workers mostly wait (I/O, GIL)
+STRAGGLER_RATIO = 4.0  # a task this many times the mean holds an in-order loader back
+
+# The kinds, in words a log line can carry (`Verdict.kind`).
+NOTHING, STEP, IN_LOOP, MAIN_PROCESS, WORKERS_CPU, WORKERS_WAIT, STRAGGLER, SHALLOW = (
+    "nothing loaded",
+    "training step",
+    "loading in the training loop",
+    "main process",
+    "workers (CPU)",
+    "workers (waiting)",
+    "slow batches",
+    "prefetch depth",
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What limits training: ``kind`` (one of this module's names), whether that is the
+    loader, and one sentence saying so with what to do."""
+
+    kind: str
+    loader_bound: bool
+    text: str
+
+
+def classify(stats: LoaderStats) -> Verdict:
+    """The verdict for one epoch's counters (see the module docstring for the rules)."""
+    from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
+
+    if not stats.batches:
+        return Verdict(NOTHING, False, "nothing loaded yet")
+    if stats.wait_share <= BOTTLENECK_WAIT_SHARE:
+        return Verdict(STEP, False, "the loader keeps up; the training step is the bottleneck")
+    if not stats.workers:
+        text = "the loader is the bottleneck (it loads in the training loop's process)"
+        return Verdict(IN_LOOP, True, text + _stage(stats) + ": add workers (num_workers > 0)")
+    busy = stats.workers_busy_share
+    ready_wait = stats.ready_wait_s / stats.wait_s if stats.wait_s > 0 else 0.0
+    if busy < BUSY_SHARE and (stats.ready_share >= READY_SHARE or ready_wait >= 0.5):
+        return Verdict(
+            MAIN_PROCESS,
+            True,
+            "batches were ready when asked and the workers mostly idle, so the workers are "
+            "not the bottleneck and more workers would not help: the wait is the main "
+            "process taking batches in (receiving, pinning, GC pauses); loader.doctor() "
+            "measures where it goes",
+        )
+    if busy >= BUSY_SHARE:
+        return _workers_busy(stats)
+    mean = sum(w.busy_s for w in stats.workers) / max(1, sum(w.batches for w in stats.workers))
+    longest = max(w.longest_s for w in stats.workers)
+    if mean > 0 and longest >= STRAGGLER_RATIO * mean and stats.mean_held_while_waiting >= 1:
+        return Verdict(
+            STRAGGLER,
+            True,
+            f"the loader is the bottleneck: a few slow batches (up to {longest * 1e3:.0f} ms "
+            f"against {mean * 1e3:.1f} ms on average) hold the others back; in_order=False "
+            "hands out the ready ones first",
+        )
+    return Verdict(
+        SHALLOW,
+        True,
+        "the loader is the bottleneck while its workers idle: too few batches in flight; "
+        "raise prefetch_factor",
+    )
+
+
+def _workers_busy(stats: LoaderStats) -> Verdict:
+    busy_s = sum(w.busy_s for w in stats.workers)
+    cpu_share = sum(w.cpu_s for w in stats.workers) / busy_s if busy_s > 0 else 1.0
+    batches = sum(w.batches for w in stats.workers)
+    per_batch_ms = 1e3 * busy_s / max(1, batches)
+    if cpu_share < CPU_SHARE:
+        return Verdict(
+            WORKERS_WAIT,
+            True,
+            f"the loader is the bottleneck{_stage(stats)}: workers busy {per_batch_ms:.1f} ms "
+            f"per batch but on a CPU only {cpu_share:.0%} of it (waiting on I/O, on the GIL "
+            "with thread workers, or for a CPU the machine is short of): add workers or read "
+            "ahead if CPUs are free",
+        )
+    text = "the loader is the bottleneck" + _stage(stats)
+    slowest = stats.slowest_worker()
+    worker = "" if slowest is None else f"; slowest worker {slowest.worker_id}"
+    return Verdict(
+        WORKERS_CPU,
+        True,
+        f"{text} (workers busy {per_batch_ms:.1f} ms per batch{worker}): add workers or make "
+        "__getitem__/collate cheaper",
+    )
+
+
+def _stage(stats: LoaderStats) -> str:
+    stage = stats.slowest_stage()
+    if stage is None:
+        return ""
+    return f"; slowest stage: {stage.name} ({stage.self_s:.2f} s of work)"

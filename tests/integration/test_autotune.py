@@ -1,0 +1,127 @@
+"""autotune=True with real workers: same batches as a fixed loader, exact resume, and it
+adds workers when the loop waits and retires them when it does not.
+
+The trainer is simulated as the scenario itself: a step of fixed duration (the loop
+blocked in ``time.sleep``, as it is on a GPU step) alternating with ``next()``; the
+dataset's items cost a fixed time the same way (I/O latency). Decisions are counted from
+``stats().decisions``, never timed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from conveyor import AutotuneOptions, DataLoader
+
+
+class Latency:
+    """Items that take ``cost_s`` each to fetch (an object store's latency)."""
+
+    def __init__(self, n: int, cost_s: float) -> None:
+        self.n, self.cost_s = n, cost_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(self.cost_s)
+        return i
+
+
+def _train(loader: DataLoader[Any], step_s: float, batches: int | None = None) -> list[Any]:
+    out = []
+    for batch in loader:
+        out.append(batch.tolist())
+        time.sleep(step_s)  # the training step
+        if batches is not None and len(out) == batches:
+            break
+    return out
+
+
+def _loader(autotune: Any, worker_type: str = "process", **kwargs: Any) -> DataLoader[Any]:
+    return DataLoader(
+        Latency(96, 0.004),
+        batch_size=2,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(7),
+        num_workers=2,  # this machine's CPUs: more process workers warn
+        worker_type=worker_type,
+        autotune=autotune,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_autotune_delivers_the_fixed_loader_s_batches_in_its_order(worker_type: str) -> None:
+    fixed = _train(_loader(False, worker_type), 0.0)
+    tuned_loader = _loader(AutotuneOptions(initial_workers=1, window_batches=4), worker_type)
+    tuned = _train(tuned_loader, 0.001)
+    assert tuned == fixed
+    assert tuned_loader.stats().decisions  # it changed something, yet the batches are the same
+    assert tuned_loader.num_workers == 2 and isinstance(tuned_loader.num_workers, int)
+
+
+def test_resume_with_autotune_is_exact() -> None:
+    options = AutotuneOptions(initial_workers=1, window_batches=4)
+    reference = _train(_loader(options), 0.0)
+    loader = _loader(options)
+    got = _train(loader, 0.001, batches=20)
+    assert loader.stats().decisions  # the checkpoint is taken after a change
+    state = loader.state_dict()
+    resumed = _loader(options)
+    resumed.load_state_dict(state)
+    assert got + _train(resumed, 0.0) == reference
+
+
+def test_it_adds_workers_while_the_loop_waits(caplog: pytest.LogCaptureFixture) -> None:
+    """Items cost 20 ms of latency, the step 4 ms: one worker makes the loop wait."""
+    loader = DataLoader(
+        Latency(160, 0.02),
+        batch_size=1,
+        num_workers=4,
+        worker_type="thread",
+        autotune=AutotuneOptions(initial_workers=1, window_batches=6),
+    )
+    with caplog.at_level(logging.INFO, logger="conveyor.autotune"):
+        _train(loader, 0.004)
+    decisions = loader.stats().decisions
+    assert decisions and decisions[0].active_workers > 1
+    assert max(d.active_workers for d in decisions) == 4
+    assert any("autotune: " in r.getMessage() for r in caplog.records)
+    assert len(caplog.records) == len(decisions)  # one log line per change
+
+
+def test_it_retires_workers_while_the_loop_does_not_wait() -> None:
+    """Items are free, the step takes 10 ms: one worker keeps up, so three retire."""
+    loader = DataLoader(
+        Latency(120, 0.0),
+        batch_size=1,
+        num_workers=4,
+        worker_type="thread",
+        autotune=AutotuneOptions(initial_workers=4, window_batches=6),
+    )
+    _train(loader, 0.01)
+    decisions = loader.stats().decisions
+    actives = [d.active_workers for d in decisions]
+    assert actives[0] == 3 and min(actives) == 1  # one at a time, down to the one needed
+    assert all(d.reason.startswith("no wait") for d in decisions[:3])
+
+
+def test_autotune_needs_workers() -> None:
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        DataLoader(Latency(4, 0.0), autotune=True)
+
+
+def test_persistent_workers_keep_the_tuner_across_epochs_and_the_batches() -> None:
+    options = AutotuneOptions(initial_workers=1, window_batches=4)
+    fixed = _loader(False, "thread", persistent_workers=True)
+    tuned = _loader(options, "thread", persistent_workers=True)
+    for epoch in range(2):
+        assert _train(tuned, 0.001) == _train(fixed, 0.0)
+        if epoch == 0:
+            assert tuned.stats().decisions  # the second epoch starts from what it chose

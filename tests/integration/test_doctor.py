@@ -1,0 +1,182 @@
+"""loader.doctor() on seeded scenarios: the top-1 diagnosis, its fix, and the
+counterfactual run beside the prediction.
+
+Every scenario is small (tens of batches of a few ms each). Costs are simulated the way
+the scenario has them: a CPU-bound cost spins in Python, a latency sleeps (I/O), the
+training step blocks (a GPU step) or spins (a CPU step). Top-1 diagnoses are asserted;
+gains only where the scenario leaves no doubt about their direction (this machine's
+two shared cores make figures noisy: docs/benchmarks.md has the measured ones).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from conveyor import DataLoader
+
+
+def _spin(seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+def _blocked_step(seconds: float) -> Any:
+    def step(batch: Any) -> None:
+        time.sleep(seconds)  # a GPU step: the loop waits, no CPU used
+
+    return step
+
+
+class Items:
+    """Items costing ``spin_s`` of Python CPU and ``sleep_s`` of latency each."""
+
+    def __init__(self, n: int, spin_s: float = 0.0, sleep_s: float = 0.0) -> None:
+        self.n, self.spin_s, self.sleep_s = n, spin_s, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if self.spin_s:
+            _spin(self.spin_s)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return i
+
+
+class SlowClass(Items):
+    """One class of samples (every 16th) is 40x slower to fetch than the others."""
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(0.08 if i % 16 == 0 else 0.002)
+        return i
+
+
+def _slow_collate(batch: list[int]) -> list[int]:
+    _spin(0.012)
+    return batch
+
+
+def test_a_loader_that_is_not_the_bottleneck() -> None:
+    loader = DataLoader(Items(200), batch_size=4, num_workers=1, worker_type="thread")
+    report = loader.doctor(_blocked_step(0.01), batches=24)
+    assert report.bottleneck == "training step"
+    assert report.diagnosis.predicted_gain == 0 and report.counterfactual is None
+    assert report.floor_s >= 0.009  # headspace: the step alone
+
+
+def test_io_latency_needs_more_workers_and_the_run_confirms_it() -> None:
+    loader = DataLoader(Items(400, sleep_s=0.01), batch_size=2, num_workers=1, worker_type="thread")
+    report = loader.doctor(_blocked_step(0.004), batches=24)
+    assert report.bottleneck == "I/O latency"
+    assert report.diagnosis.fix.changes["num_workers"] >= 5  # 20 ms * 1.2 / 4 ms
+    assert report.diagnosis.predicted_gain > 1.0
+    assert report.measured_gain is not None and report.measured_gain > 0.8
+
+
+def test_gil_bound_python_transform_wants_process_workers() -> None:
+    loader = DataLoader(Items(400, spin_s=0.003), batch_size=2, num_workers=2, worker_type="thread")
+    report = loader.doctor(_blocked_step(0.002), batches=24)
+    assert report.bottleneck == "GIL (thread workers)"
+    assert report.diagnosis.fix.changes["worker_type"] == "process"
+
+
+def test_cpu_bound_decode_with_too_few_workers() -> None:
+    loader = DataLoader(Items(400, spin_s=0.004), batch_size=2, num_workers=1)
+    report = loader.doctor(_blocked_step(0.004), batches=24)
+    assert report.bottleneck == "worker CPU (decode, transforms)"
+    assert report.diagnosis.fix.changes == {"num_workers": 2}
+
+
+def test_collate_bound() -> None:
+    loader = DataLoader(Items(400), batch_size=2, num_workers=1, collate_fn=_slow_collate)
+    report = loader.doctor(_blocked_step(0.006), batches=24)
+    assert report.bottleneck == "collate_fn"
+    assert "collate_fn" in report.diagnosis.evidence
+
+
+def test_one_slow_sample_class_holds_an_in_order_loader_back() -> None:
+    loader = DataLoader(SlowClass(400), batch_size=2, num_workers=4, worker_type="thread")
+    report = loader.doctor(_blocked_step(0.004), batches=40)
+    assert report.bottleneck == "slow samples"
+    assert report.diagnosis.fix.changes == {"in_order": False}
+
+
+class _SlowToUnpickle:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return _rebuilt_slowly, (self.value,)
+
+
+def _rebuilt_slowly(value: int) -> int:
+    _spin(0.006)
+    return value
+
+
+class CheapToMake:
+    def __len__(self) -> int:
+        return 400
+
+    def __getitem__(self, i: int) -> _SlowToUnpickle:
+        return _SlowToUnpickle(i)
+
+
+def test_batches_ready_but_slow_to_receive_is_the_main_process() -> None:
+    loader = DataLoader(CheapToMake(), batch_size=None, num_workers=2, collate_fn=lambda x: x)
+    report = loader.doctor(_blocked_step(0.003), batches=24)
+    assert report.bottleneck == "main process (transport)"
+    assert report.diagnosis.fix.changes == {"worker_type": "thread"}
+    assert report.measured_gain is not None and report.measured_gain > 0.3
+
+
+def test_report_reads_in_a_terminal_and_as_json() -> None:
+    loader = DataLoader(Items(200, sleep_s=0.004), batch_size=2, num_workers=1)
+    report = loader.doctor(_blocked_step(0.002), batches=12, counterfactual=False)
+    text = report.text()
+    assert "bottleneck:" in text and "top fix:" in text and "worker 0: busy" in text
+    data = json.loads(report.to_json())
+    assert data["bottleneck"] == report.bottleneck
+    assert data["workers"][0]["batches"] > 0 and data["measured_gain"] is None
+
+
+def test_doctor_without_a_step_uses_the_last_epoch_s_and_checks_batches() -> None:
+    loader = DataLoader(Items(16), batch_size=2)
+    for _ in loader:
+        time.sleep(0.005)
+    report = loader.doctor(batches=6)
+    assert report.floor_s >= 0.004
+    with pytest.raises(ValueError, match="batches >= 4"):
+        loader.doctor(batches=2)
+
+
+class ManyObjects(Items):
+    """Samples of many small containers: a loop that keeps them fills the heap."""
+
+    def __getitem__(self, i: int) -> list[list[int]]:
+        return [[i, j] for j in range(1000)]
+
+
+def test_gc_pauses_over_a_large_heap_are_found_and_freezing_helps() -> None:
+    heap = [[i] for i in range(300_000)]  # live objects every full collection scans again
+    kept: list[Any] = []
+
+    def step(batch: Any) -> None:
+        kept.append(batch)  # the loop keeps what it saw (logged outputs, a replay buffer)
+        time.sleep(0.004)
+
+    loader = DataLoader(
+        ManyObjects(4000), batch_size=4, num_workers=2, worker_type="thread", collate_fn=list
+    )
+    report = loader.doctor(step, batches=64)
+    assert report.bottleneck == "GC pauses"
+    assert report.diagnosis.fix.gc_freeze and report.run.gc_collections > 0
+    assert report.measured_gain is not None
+    kept.clear()
+    del heap

@@ -1,0 +1,128 @@
+"""Autotune's controller on synthetic counters (no workers, no clocks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor import AutotuneOptions
+from conveyor.engine.loop.autotune import Tuner, autotune_options
+from conveyor.engine.loop.in_flight import RoundRobin
+from conveyor.stats.counters import StepClock
+
+
+def _window(
+    clock: StepClock,
+    batches: int,
+    wait_s: float,
+    step_s: float,
+    busy_s: float,
+    cpu: float = 1.0,
+    ready: bool = False,
+) -> None:
+    """``batches`` more batches: each waited ``wait_s`` and computed ``step_s``; each task
+    kept a worker busy ``busy_s`` (``cpu`` of it on a CPU); ``ready``: already there."""
+    for _ in range(batches):
+        clock.queue_seen(ready, 1)
+        clock.batches += 1
+        clock.wait_s += wait_s
+        clock.compute_s += step_s
+        clock.worker_did(0, busy_s, busy_s * cpu)
+
+
+def _run(tuner: Tuner, clock: StepClock, windows: int, **window: float) -> list[int]:
+    actives = []
+    for _ in range(windows):
+        _window(clock, tuner.options.window_batches, **window)  # type: ignore[arg-type]
+        tuner.observe(clock)
+        actives.append(tuner.active)
+    return actives
+
+
+def test_the_loop_waits_so_it_adds_the_workers_the_step_needs_at_once() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    # 40 ms of work per batch, a 10 ms step: 40 * 1.2 / 10 -> 5 workers
+    actives = _run(tuner, clock, 2, wait_s=0.03, step_s=0.01, busy_s=0.04)
+    assert actives == [1, 5]  # the first window is start-up: no decision
+    assert tuner.tasks_in_flight == 10
+    # fed, the loop no longer waits: 5 workers stay (4 would not keep up)
+    assert _run(tuner, clock, 4, wait_s=0.0, step_s=0.01, busy_s=0.04) == [5, 5, 5, 5]
+
+
+def test_no_wait_retires_one_worker_per_two_quiet_windows_down_to_min() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=4, min_workers=2), 4, 2, True)
+    clock = StepClock()
+    actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.05, busy_s=0.001)
+    # start-up, quiet, retire; the change settling, quiet, retire; settling; at the minimum
+    assert actives == [4, 4, 3, 3, 3, 2, 2, 2]
+
+
+def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    _run(tuner, clock, 2, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
+    assert tuner.active == 6
+    # quiet now, and the model says 5 suffice: 5 was seen short, so 6 stays
+    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.04) == [6] * 6
+    # the step doubles: 3 suffice, retired one at a time
+    actives = _run(tuner, clock, 9, wait_s=0.0, step_s=0.02, busy_s=0.04)
+    assert actives[-1] == 3 and sorted(actives, reverse=True) == actives
+
+
+def test_waits_with_batches_ready_are_the_main_process_s_and_change_nothing() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=1), 4, 2, True)
+    _run(tuner, StepClock(), 4, wait_s=0.01, step_s=0.01, busy_s=0.04, ready=True)
+    assert (tuner.active, tuner.per_worker) == (1, 2)
+
+
+def test_waiting_with_enough_workers_deepens_prefetch_then_stops_at_the_cap() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=2, max_prefetch_factor=4), 2, 2, True)
+    clock = StepClock()
+    _run(tuner, clock, 6, wait_s=0.01, step_s=0.01, busy_s=0.001)
+    assert (tuner.active, tuner.per_worker) == (2, 4)
+
+
+def test_memory_budget_caps_the_depth() -> None:
+    options = AutotuneOptions(initial_workers=2, memory_budget_bytes=3000)
+    tuner = Tuner(options, 2, 4, True)
+    clock = StepClock()
+    clock.bytes_moved = 1000 * 16  # 1000 bytes a batch once 16 batches are in
+    _run(tuner, clock, 2, wait_s=0.0, step_s=0.01, busy_s=0.001)
+    assert tuner.tasks_in_flight * 1000 <= 3000 and tuner.per_worker == 1
+
+
+def test_cpu_budget_caps_cpu_bound_workers_not_waiting_ones() -> None:
+    cpu_bound = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=2), 8, 2, True)
+    _run(cpu_bound, StepClock(), 3, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=1.0)
+    assert cpu_bound.active == 2
+    waiting = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=2), 8, 2, True)
+    _run(waiting, StepClock(), 2, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1)
+    assert waiting.active == 7  # ceil(0.05 * 1.2 / 0.01): I/O-bound workers cost little CPU
+
+
+def test_streams_keep_their_workers_and_tune_depth_only() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=1), 3, 2, workers_tunable=False)
+    assert tuner.active == 3
+    _run(tuner, StepClock(), 4, wait_s=0.03, step_s=0.01, busy_s=0.04)
+    assert tuner.active == 3 and tuner.per_worker > 2
+
+
+def test_options_are_checked() -> None:
+    assert autotune_options(False) is None and autotune_options(True) == AutotuneOptions()
+    with pytest.raises(ValueError, match="min_workers"):
+        AutotuneOptions(min_workers=0)
+    with pytest.raises(ValueError, match="cpu_budget"):
+        AutotuneOptions(cpu_budget=0)
+    with pytest.raises(ValueError, match="target_wait_share"):
+        AutotuneOptions(target_wait_share=1.5)
+    with pytest.raises(ValueError, match="autotune should be a bool"):
+        autotune_options("yes")  # type: ignore[arg-type]
+
+
+def test_round_robin_deals_only_to_open_workers() -> None:
+    dealer = RoundRobin(4)
+    dealer.open = 2
+    assert [dealer.next() for _ in range(4)] == [0, 1, 0, 1]
+    dealer.open = 3
+    assert [dealer.next() for _ in range(3)] == [2, 0, 1]
+    assert dealer.taking == 3

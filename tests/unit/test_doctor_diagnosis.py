@@ -1,0 +1,84 @@
+"""The doctor's rules on synthetic measurements (no loaders run)."""
+
+from __future__ import annotations
+
+from conveyor.doctor import LoaderFacts
+from conveyor.doctor.diagnosis import diagnose
+from conveyor.doctor.measure import Measurement
+from conveyor.stats.report import LoaderStats, WorkerStats
+
+FACTS = LoaderFacts(num_workers=2, worker_type="process", in_order=True, prefetch_factor=2, cpus=8)
+
+
+def _run(
+    wait_ms: float,
+    step_ms: float,
+    busy_ms: float,
+    cpu_ms: float,
+    ready: float = 0.0,
+    batches: int = 101,
+    **extra: float,
+) -> Measurement:
+    n = batches - 1
+    workers = tuple(
+        WorkerStats(w, n // 2, busy_ms / 1e3 * n / 2, cpu_ms / 1e3 * n / 2, 0.0, busy_ms / 1e3)
+        for w in range(2)
+    )
+    stats = LoaderStats(
+        batches=batches,
+        samples=batches,
+        wait_s=wait_ms / 1e3 * n,
+        compute_s=step_ms / 1e3 * n,
+        workers=workers,
+        ready_batches=int(ready * batches),
+        ready_wait_s=wait_ms / 1e3 * n * ready,
+    )
+    wall = (wait_ms + step_ms) / 1e3 * n
+    return Measurement(
+        stats,
+        wall,
+        extra.get("gc_s", 0.0),
+        3,
+        main_cpu_s=extra.get("main_cpu", 0.1) * wall,
+        loop_cpu_s=0.0,
+        cpu_queue_s=extra.get("queued_s", 0.0),
+    )
+
+
+def test_the_issue_s_run_blames_the_main_process_not_the_workers() -> None:
+    """98 % of batches ready, workers busy 18 %: adding workers is not the advice."""
+    run = _run(wait_ms=4, step_ms=10, busy_ms=5, cpu_ms=5, ready=0.98)
+    diagnosis = diagnose(run, floor_s=0.010, facts=FACTS)
+    assert diagnosis.bottleneck == "main process (transport)"
+    assert "num_workers" not in diagnosis.fix.changes
+
+
+def test_a_keeping_up_loader_gets_no_fix() -> None:
+    diagnosis = diagnose(_run(0.1, 10, 5, 5, ready=1.0), floor_s=0.010, facts=FACTS)
+    assert diagnosis.bottleneck == "training step" and not diagnosis.fix.applicable
+
+
+def test_cpu_bound_workers_get_the_cpus_the_step_needs_and_a_gain() -> None:
+    diagnosis = diagnose(_run(10, 10, 40, 40), floor_s=0.010, facts=FACTS)
+    assert diagnosis.fix.changes == {"num_workers": 5}  # 40 ms * 1.2 / 10 ms
+    assert abs(diagnosis.predicted_gain - (20 / 10 - 1)) < 1e-9  # the step's floor
+
+
+def test_waiting_workers_are_io_unless_the_cpu_queue_explains_the_wait() -> None:
+    io = diagnose(_run(10, 10, 40, 2), floor_s=0.010, facts=FACTS)
+    assert io.bottleneck == "I/O latency"
+    starved = diagnose(_run(10, 10, 40, 2, queued_s=3.0), floor_s=0.010, facts=FACTS)
+    assert starved.bottleneck.startswith("worker CPU")
+
+
+def test_gc_pauses_that_explain_the_wait() -> None:
+    run = _run(10, 10, 5, 5, ready=0.9, gc_s=0.8)
+    assert diagnose(run, floor_s=0.010, facts=FACTS).fix.gc_freeze
+
+
+def test_no_workers_gets_workers() -> None:
+    facts = LoaderFacts(0, "process", True, None, 8)
+    run = _run(20, 10, 0, 0)
+    diagnosis = diagnose(run, floor_s=0.010, facts=facts)
+    assert diagnosis.bottleneck == "loading in the training loop"
+    assert diagnosis.fix.changes == {"num_workers": 3}
