@@ -181,6 +181,7 @@ def weed_command(data_dir: Path, ports: list[int]) -> list[str] | None:
     return [
         weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", f"-dir={data_dir}",
         "-master.telemetry=false", "-master.volumeSizeLimitMB=64", "-volume.preStopSeconds=0",
+        "-volume.max=64",  # each bucket takes 7 volumes; the default 8 fit only one bucket
         "-s3.port.iceberg=0", "-s3.port.lance=0",
         *(f"-{name}={port}" for name, port in zip(names, ports, strict=True)),
     ]  # fmt: skip
