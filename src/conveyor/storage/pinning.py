@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from conveyor.storage.retry import ObjectChangedError
 
 if TYPE_CHECKING:
-    from conveyor.storage.ranged import Answer
+    from conveyor.storage.answers import Answer
 
 __all__ = ["ObjectFacts"]
 
