@@ -72,29 +72,23 @@ def _tampered(cls: type, worker_type: str, marker: Path, version: int) -> Any:
     return _weights_only(state)  # loading the file safely does not help on its own
 
 
+@pytest.mark.parametrize(
+    ("version", "error", "message"),
+    [
+        (2, TypeError, r"not plain data: bytes at workers\.states\[0\]"),
+        (1, ValueError, r"version 1.*workers \[0\] are pickles"),  # names its version
+    ],
+    ids=["current", "version-1"],
+)
 @pytest.mark.parametrize("cls", LOADERS)
 @pytest.mark.parametrize("worker_type", KINDS)
 def test_a_pickle_in_a_worker_state_is_refused_and_never_run(
-    tmp_path: Path, cls: type, worker_type: str
+    tmp_path: Path, cls: type, worker_type: str, version: int, error: type, message: str
 ) -> None:
     marker = tmp_path / "pwned"
-    state = _tampered(cls, worker_type, marker, version=2)
+    state = _tampered(cls, worker_type, marker, version=version)
     resumed = _loader(cls, worker_type)
-    with pytest.raises(TypeError, match=r"not plain data: bytes at workers\.states\[0\]"):
-        resumed.load_state_dict(state)
-    assert sorted(x for batch in resumed for x in batch.tolist()) == list(range(24))
-    assert not marker.exists()
-
-
-@pytest.mark.parametrize("cls", LOADERS)
-@pytest.mark.parametrize("worker_type", KINDS)
-def test_a_version_1_checkpoint_with_pickles_names_its_version(
-    tmp_path: Path, cls: type, worker_type: str
-) -> None:
-    marker = tmp_path / "pwned"
-    state = _tampered(cls, worker_type, marker, version=1)
-    resumed = _loader(cls, worker_type)
-    with pytest.raises(ValueError, match=r"version 1.*workers \[0\] are pickles"):
+    with pytest.raises(error, match=message):
         resumed.load_state_dict(state)
     assert sorted(x for batch in resumed for x in batch.tolist()) == list(range(24))
     assert not marker.exists()
