@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import pickle
 from typing import Any
 
 import torch
@@ -20,7 +19,11 @@ _PICKLE = frozenset(("pyd", "pickle"))
 
 
 def basichandlers(extension: str, data: bytes) -> Any:
-    """Same as torch's: text, integer, JSON, pickle and ``.pt`` payloads; None otherwise."""
+    """torch's text, integer, JSON and ``.pt`` payloads; None for other extensions.
+
+    Unlike torch's, a ``.pickle``/``.pyd`` payload is refused (unpickling shard content runs
+    whatever code the shard's author put there) and ``.pt`` loads tensors only.
+    """
     if extension in _TEXT:
         return data.decode("utf-8")
     if extension in _INTEGER:
@@ -31,7 +34,11 @@ def basichandlers(extension: str, data: bytes) -> Any:
     if extension in _JSON:
         return json.loads(data)
     if extension in _PICKLE:
-        return pickle.loads(data)
+        raise ValueError(
+            f"basichandlers does not unpickle '.{extension}' payloads: unpickling data from a "
+            "shard runs code the shard carries. Store the sample as .json, .npy or .pt "
+            "(tensors), or, for shards you trust, decode it with your own handler."
+        )
     if extension == "pt":
-        return torch.load(io.BytesIO(data))
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     return None
