@@ -57,7 +57,7 @@ from latency_proxy import LinkSettings, ProxyProcess  # noqa: E402  (tests/integ
 import s7_data  # noqa: E402
 from conveyor.dataloader import DataLoader  # noqa: E402
 from conveyor.datapipes.iter import TarShards  # noqa: E402
-from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions  # noqa: E402
+from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, host_limits  # noqa: E402
 
 BUCKET = s7_data.BUCKET
 
@@ -305,7 +305,12 @@ def request_summary(records: list[dict[str, Any]], layout: s7_data.Layout) -> di
                     later["gets"] += 1
                     later["throttled"] += r["done"] == "throttled"
     lists = sum("list-type=" in r["target"] or "prefix=" in r["target"] for r in records)
+    timeline = [  # when each request came, relative to the first, and what was done
+        (round(r["t"] - started, 3), r["method"], r["target"].rsplit("/", 1)[-1][:40], r["done"])
+        for r in records
+    ]
     return {
+        "timeline": timeline,
         "gets_per_shard": [per_shard[key] for key in layout.shards],
         "throttled": sum(r["done"] == "throttled" for r in records),
         "after_2s": dict(later),
@@ -415,6 +420,9 @@ def one_run(
     name: str, spec: Spec, warm: int, layout: s7_data.Layout, log: ProxyLog
 ) -> dict[str, Any]:
     log.take()
+    # each run starts as a fresh process would: nothing learnt about the host yet (a later
+    # epoch in the same process keeps its learnt pace and is throttled less)
+    host_limits._limits.clear()
     run = run_once(PIPELINES[name](spec), warm)
     seen = request_summary(log.take(), layout)
     counts = collections.Counter(run.keys)
@@ -497,7 +505,11 @@ def main() -> None:
                             signal.alarm(0)
                     result.update(pipeline=name, link=link, rep=rep, load=os.getloadavg()[0])
                     results[(name, link)].append(result)
-                    line = json.dumps({k: v for k, v in result.items() if k != "waits"})
+                    shown = {k: v for k, v in result.items() if k != "waits"}
+                    shown["requests_seen"] = {
+                        k: v for k, v in result.get("requests_seen", {}).items() if k != "timeline"
+                    }
+                    line = json.dumps(shown)
                     print(line, flush=True)
                     if args.out:
                         with open(args.out, "a") as handle:
