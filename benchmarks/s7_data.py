@@ -224,8 +224,10 @@ class Store:
         import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.options())
-        marker = f"{BUCKET}/{root.name}.json"
-        wanted = json.dumps(layout.__dict__)
+        # one marker for the bucket: layouts share object names (wds/shard-00000.tar ...),
+        # so uploading another layout replaces this one's objects
+        marker = f"{BUCKET}/layout.json"
+        wanted = json.dumps({"root": root.name, **layout.__dict__})
         deadline = time.monotonic() + 60
         while True:  # the first write waits for the volume server to register
             try:

@@ -58,6 +58,7 @@ def main() -> None:
     waits: list[float] = []
     start = asked = time.perf_counter()
     first = 0.0
+    warm_at, warm_bytes = time.time(), 0  # steady state: after the 4th batch (wall clock)
     for index, (batch_keys, jpgs) in enumerate(loader, start=1):
         got = time.perf_counter()
         if index == 1:
@@ -66,9 +67,13 @@ def main() -> None:
             waits.append(got - asked)
         keys += [str(k) for k in batch_keys]
         nbytes += sum(len(j) for j in jpgs)
+        if index == 4:
+            warm_at, warm_bytes = time.time(), nbytes
         asked = time.perf_counter()
     record = {"rank": dist.get_rank(), "keys": keys, "nbytes": nbytes, "waits": waits,
-              "first_batch_s": first, "seconds": time.perf_counter() - start}  # fmt: skip
+              "first_batch_s": first, "seconds": time.perf_counter() - start,
+              "warm_at": warm_at, "steady_bytes": nbytes - warm_bytes,
+              "end_at": time.time()}  # fmt: skip
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)
     if dist.get_rank() == 0:

@@ -449,6 +449,7 @@ def main() -> None:
     )
     parser.add_argument("--pipelines", default="conveyor,conveyor-thread,wds")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--links", help="only these of the scenario's links (open,throttled,tail)")
     parser.add_argument("--rtt", type=float, default=25.0, help="ms")
     parser.add_argument("--window", type=int, default=LinkSettings.window)
     parser.add_argument("--rps", type=float, default=10.0, help="GETs a second the store admits")
@@ -481,6 +482,8 @@ def main() -> None:
     with s7_data.Store(Path(args.weed_dir)) as store:
         store.upload(root, layout)
         links = links_for(args, log_dir)
+        if args.links:
+            links = {name: links[name] for name in args.links.split(",")}
         proxies = {name: ProxyProcess(store.host, settings) for name, settings in links.items()}
         logs = {name: ProxyLog(Path(str(settings.log))) for name, settings in links.items()}
         print(json.dumps({"scenario": args.scenario, "loadavg_start": os.getloadavg(),
@@ -548,11 +551,12 @@ def rank_run(
         ranks = json.loads(out.read_text())
     keys = [k for r in ranks for k in r["keys"]]
     counts = collections.Counter(keys)
-    seconds = max(r["seconds"] for r in ranks)
+    # steady state, as in one_run: from the first rank's 4th batch to the last rank's end
+    seconds = max(r["end_at"] for r in ranks) - min(r["warm_at"] for r in ranks)
     return {
         "samples": len(keys),
         "exactly_once": len(counts) == layout.samples and max(counts.values()) == 1,
-        "mb_s": sum(r["nbytes"] for r in ranks) / seconds / 1e6,
+        "mb_s": sum(r["steady_bytes"] for r in ranks) / seconds / 1e6,
         "first_batch_s": max(r["first_batch_s"] for r in ranks),
         "waits": [w for r in ranks for w in r["waits"]],
         "requests_seen": request_summary(log.take(), layout),

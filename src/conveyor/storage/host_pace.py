@@ -14,8 +14,11 @@ did, not guessed by halving:
   in the second before the cut give the rate it allows this process; the pace goes to
   ``_BELOW`` of that at once and holds there;
 - while the pace holds requests back it grows by ``_GROWTH`` requests a second each
-  second (processes that share a store each learn their own share; one that learnt too
-  little, or whose peers finished, takes more), and after ``PROBE_ANSWERS`` answers
+  second, and faster the longer no throttle came (doubling each second after
+  ``_CALM_S``, as TCP CUBIC grows far from its last loss): processes that share a store
+  each learn their own share, and one that learnt too little, or whose peers finished,
+  soon takes more (with process workers the slowest one sets the pace of the batches
+  delivered in order); after ``PROBE_ANSWERS`` answers
   without a throttle that did not wait it tries a tenth more (a probe), so a store whose
   limit rose is found.
 
@@ -42,7 +45,9 @@ _CUT = 0.5  # at a throttle, until the round settles: this share of the starting
 _BELOW = 0.9  # the pace holds at this share of the rate the store admitted
 _SETTLE_S = 1.0  # throttles of requests started this soon after a cut judge the old pace
 _PROBE = 1.1
-_GROWTH = 0.25  # requests a second more, each second the pace holds requests back
+_GROWTH = 0.25  # requests a second more, each second the pace holds requests back ...
+_CALM_S = 2.0  # ... doubled each second after this long without a throttle ...
+_GROWTH_DOUBLINGS = 4  # ... up to 16 times
 
 
 class Pace:
@@ -119,8 +124,10 @@ class Pace:
         self._learn(time.monotonic())
         if self._learn_at is not None:
             return
-        if self._binding:  # the pace holds requests back: a little faster, slowly
-            self.rate += _GROWTH / self.rate
+        if self._binding:  # the pace holds requests back: a little faster, then faster
+            calm = time.monotonic() - self._cut_at - _CALM_S
+            growth = _GROWTH * 2.0 ** min(_GROWTH_DOUBLINGS, max(0.0, calm))
+            self.rate += growth / self.rate
             return
         self._at_pace += 1
         if self._at_pace >= PROBE_ANSWERS:
