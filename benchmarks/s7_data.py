@@ -245,6 +245,10 @@ class Store:
         local = sorted(path for path in root.rglob("*") if path.is_file() and path != root)
         local = [path for path in local if path.name != "layout.json"]
         fs.put([str(p) for p in local], [f"{BUCKET}/{p.relative_to(root)}" for p in local])
+        kept = {f"{BUCKET}/{p.relative_to(root)}" for p in local}
+        stale = [key for key in fs.find(f"{BUCKET}/wds/") if key not in kept]
+        if stale:  # another layout's extra shards would be listed by a glob
+            fs.rm(stale)
         fs.pipe(marker, wanted.encode())
         print(f"# uploaded in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 

@@ -279,7 +279,8 @@ def _import_fsspec(url: str) -> Any:
 
 
 def _with_defaults(scheme: str, options: dict[str, Any], remote: RemoteOptions) -> None:
-    """Add conveyor's timeouts (and, for S3, no botocore retries) unless the user set them."""
+    """Add conveyor's timeouts (and, for S3, no botocore retries and a session whose
+    parsed service model forked workers inherit) unless the user set them."""
     if scheme in _HTTP_SCHEMES:
         from conveyor.storage.http_source import http_client_timeout
 
@@ -287,12 +288,14 @@ def _with_defaults(scheme: str, options: dict[str, Any], remote: RemoteOptions) 
         client.setdefault("timeout", http_client_timeout(remote))
         options["client_kwargs"] = client
     elif scheme in _S3_SCHEMES:
-        from conveyor.storage.s3_source import s3_config_defaults
+        from conveyor.storage.s3_source import s3_config_defaults, s3_session
 
         config = dict(options.get("config_kwargs") or {})
         for key, value in s3_config_defaults(remote).items():
             config.setdefault(key, value)
         options["config_kwargs"] = config
+        if "session" not in options and "profile" not in options:
+            options["session"] = s3_session()
 
 
 def get_filesystem(
