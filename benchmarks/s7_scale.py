@@ -79,6 +79,7 @@ class Run:
     keys: list[str] = field(default_factory=list)
     nbytes: int = 0
     first_batch_s: float = 0.0
+    iter_s: float = 0.0
     steady_s: float = 0.0
     steady_bytes: int = 0
     waits: list[float] = field(default_factory=list)
@@ -249,6 +250,7 @@ def run_once(loader: Any, warm: int) -> Run:
     run = Run()
     start = time.perf_counter()
     iterator = iter(loader)
+    run.iter_s = time.perf_counter() - start  # the loader's own start (workers, listing)
     steady_from = 0.0
     asked = time.perf_counter()
     for index, batch in enumerate(iterator, start=1):
@@ -432,6 +434,7 @@ def one_run(
         "exactly_once": len(counts) == expected and max(counts.values()) == 1,
         "mb_s": run.steady_bytes / run.steady_s / 1e6,
         "first_batch_s": run.first_batch_s,
+        "iter_s": run.iter_s,
         "waits": run.waits,
         "requests_seen": seen,
         "conveyor": run.requests,
