@@ -43,13 +43,18 @@ same as the pace's, `conveyor.storage.host_pace.PROBE_ANSWERS`)."""
 _limits: dict[tuple[int, str], HostLimit] = {}
 
 
-def host_limit(host: str, loop: asyncio.AbstractEventLoop | None = None) -> HostLimit:
-    """The limit of ``host`` on ``loop`` (default: the running loop), made on first use."""
+def host_limit(
+    host: str, loop: asyncio.AbstractEventLoop | None = None, most: int = HOST_CONCURRENCY
+) -> HostLimit:
+    """The limit of ``host`` on ``loop`` (default: the running loop), made on first use;
+    ``most``: the most requests in flight it ever allows (a client's connection pool: a
+    request past its turn that waits for a connection is sent after a throttle it could
+    have heeded)."""
     loop = loop or asyncio.get_running_loop()
     key = (id(loop), host)
     found = _limits.get(key)
     if found is None:
-        found = _limits[key] = HostLimit(host)
+        found = _limits[key] = HostLimit(host, most)
     return found
 
 

@@ -7,24 +7,23 @@ did, not guessed by halving:
 
 - at the first throttle (once per round: throttles of requests started before the last
   cut, or just after it, say nothing new) the pace drops at once to ``_CUT`` of the rate
-  requests were starting at, so that the storm stops; at a later one, to ``_BELOW`` of
-  the pace;
-- once the round has settled (``_SETTLE_S`` later, when the throttled answers of the
-  requests of that second are in), the requests the store *admitted* among those started
-  in the second before the cut give the rate it allows this process; the pace goes to
-  ``_BELOW`` of that at once and holds there;
+  requests were starting at, so that the storm stops; once that round has settled
+  (``_SETTLE_S`` later, when the throttled answers of the requests of that second are
+  in), the requests the store *admitted* among those started in the second before the
+  cut give the rate it allows this process, and the pace goes to ``_LEARNT`` of that (a
+  store's burst allowance counts in that second: the margin is for it);
+- at a later throttle the pace was too fast by a little: it drops to ``_BELOW`` of itself;
 - while the pace holds requests back it grows by ``_GROWTH`` requests a second each
   second, and faster the longer no throttle came (doubling each second after
   ``_CALM_S``, as TCP CUBIC grows far from its last loss): processes that share a store
   each learn their own share, and one that learnt too little, or whose peers finished,
   soon takes more (with process workers the slowest one sets the pace of the batches
-  delivered in order); after ``PROBE_ANSWERS`` answers
-  without a throttle that did not wait it tries a tenth more (a probe), so a store whose
-  limit rose is found.
+  delivered in order); after ``PROBE_ANSWERS`` answers without a throttle that did not
+  wait it tries a tenth more (a probe), so a store whose limit rose is found.
 
 Halving and growing back (a saw-tooth between half and all of the allowed rate) kept
-0.72-0.9x of the rate a store allowed in the S7 throttle benchmark; holding just under the
-admitted rate loses only the ``_BELOW`` margin. Until the first throttle there is no pace.
+0.72-0.9x of the rate a store allowed in the S7 throttle benchmark; pacing just under the
+admitted rate keeps 0.9-1.0x of it. Until the first throttle there is no pace.
 Starts are spaced ``1 / rate`` apart, first come first served; everything runs on the
 fetching event loop's thread (no lock).
 """
@@ -42,7 +41,9 @@ PROBE_ANSWERS = 64
 _WINDOW_S = 1.0  # the second of starts before a throttle that says what the store admits
 _SLOWEST = 1.0  # requests a second: the pace never goes below this
 _CUT = 0.5  # at a throttle, until the round settles: this share of the starting rate
-_BELOW = 0.9  # the pace holds at this share of the rate the store admitted
+_LEARNT = 0.8  # the pace starts at this share of the rate the store admitted (a bucket's
+#  burst allowance counts in that second: 0.9 of it was still throttled in the benchmark)
+_BELOW = 0.9  # at a later throttle: this share of the pace
 _SETTLE_S = 1.0  # throttles of requests started this soon after a cut judge the old pace
 _PROBE = 1.1
 _GROWTH = 0.25  # requests a second more, each second the pace holds requests back ...
@@ -95,12 +96,13 @@ class Pace:
         now = time.monotonic()
         self._cut_at = now
         starting = self._count(self._starts, now - _WINDOW_S, now) / _WINDOW_S
-        if self.rate is None:  # the first throttle: the allowed rate is not known yet
+        if self.rate is None:  # the first throttle: learn the allowed rate once settled
             self.rate = max(_SLOWEST, _CUT * starting)
-        else:  # paced, and still a little too fast
+            self._learn_at = now + _SETTLE_S
+        else:  # paced, and still a little too fast: the store allows less than that
             self.rate = max(_SLOWEST, _BELOW * min(starting, self.rate))
+            self._learn_at = None
         self._next = min(self._next, now + 1.0 / self.rate)
-        self._learn_at = now + _SETTLE_S
         self._at_pace = 0
 
     def _learn(self, now: float) -> None:
@@ -113,7 +115,7 @@ class Pace:
         admitted = self._count(self._starts, since, until) - self._count(
             self._throttled, since, until
         )
-        self.rate = max(self.rate or _SLOWEST, _BELOW * admitted / _WINDOW_S)
+        self.rate = max(self.rate or _SLOWEST, _LEARNT * admitted / _WINDOW_S)
         self._next = min(self._next, now + 1.0 / self.rate)
 
     def answered(self) -> None:

@@ -44,6 +44,7 @@ def s3_config_defaults(options: RemoteOptions) -> dict[str, Any]:
     }
 
 
+_POOL_DEFAULT = 10  # botocore's max_pool_connections
 _loader: Any = None  # botocore's data loader: kept by forked workers, with what it parsed
 _session: tuple[int, Any] | None = None  # (pid, the aiobotocore session of that process)
 
@@ -128,6 +129,10 @@ class S3Source:
         endpoint = endpoint or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
         # a throttling store limits a bucket (a prefix, strictly): one limit per bucket
         self.host = (host_of(endpoint) if endpoint else "s3") + "/" + self._bucket
+        # no more requests in flight than botocore has connections (more would wait for
+        # one past their turn, and be sent after a throttle they could have heeded)
+        pool = (getattr(fs, "config_kwargs", None) or {}).get("max_pool_connections")
+        self.most_in_flight = int(pool) if pool else _POOL_DEFAULT
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]
