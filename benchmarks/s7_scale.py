@@ -561,6 +561,7 @@ def rank_run(
         "exactly_once": len(counts) == layout.samples and max(counts.values()) == 1,
         "mb_s": sum(r["steady_bytes"] for r in ranks) / seconds / 1e6,
         "first_batch_s": max(r["first_batch_s"] for r in ranks),
+        "iter_s": max(r["iter_s"] for r in ranks),
         "waits": [w for r in ranks for w in r["waits"]],
         "requests_seen": request_summary(log.take(), layout),
         "conveyor": {},

@@ -22,7 +22,7 @@ import fnmatch
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from conveyor.storage.answers import RangeSource
@@ -325,6 +325,24 @@ def get_filesystem(
             raise ImportError(f"reading {redact_url(url)!r}: {error}; {_REMOTE_HINT}") from error
         found = _remote[key] = RemoteFileSystem(fs, scheme, remote)
     return found
+
+
+def prepare_remote(
+    urls: Sequence[str],
+    storage_options: Mapping[str, Any] | None = None,
+    remote: RemoteOptions | None = None,
+) -> None:
+    """Make the file systems of ``urls``' remote schemes here (once each): their drivers
+    imported and, for S3, botocore's model parsed. Called in the main process before
+    workers fork, so that each worker does not import and parse them itself (8 workers
+    of two ranks on 2 cores spent ~3.5 s on that before their first batch)."""
+    seen: set[str] = set()
+    for url in urls:
+        scheme = scheme_of(url)
+        if scheme in ("", "file") or scheme in seen:
+            continue
+        seen.add(scheme)
+        get_filesystem(url, storage_options, remote)
 
 
 def open_url(

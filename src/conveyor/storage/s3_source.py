@@ -67,10 +67,23 @@ def s3_session() -> Any:
         return _session[1]
     if _loader is None:
         _loader = botocore.loaders.create_loader()
+        _parse_s3_model(_loader)
     session = aiobotocore.session.AioSession()
     session.register_component("data_loader", _loader)
     _session = (os.getpid(), session)
     return session
+
+
+def _parse_s3_model(loader: Any) -> None:
+    """Have ``loader`` parse what an S3 client needs (a plain botocore client made and
+    dropped: no connection is opened), once per process tree."""
+    import botocore.session  # type: ignore[import-untyped]
+
+    session = botocore.session.Session()
+    session.register_component("data_loader", loader)
+    session.create_client(
+        "s3", region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-"
+    ).close()
 
 
 def _client_error_failure(error: Any) -> Failure:
