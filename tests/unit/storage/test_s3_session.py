@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 from multiprocessing.connection import Connection
+from typing import Any, cast
 
 import pytest
 
@@ -21,6 +22,11 @@ OPTIONS = {
 }
 
 
+def _s3fs() -> Any:
+    """The s3fs file system conveyor makes for ``URL`` in this process."""
+    return cast(Any, get_filesystem(URL, OPTIONS)).fs
+
+
 def _parsed_models(fs: object) -> list[str]:
     """What the data loader of ``fs``'s session has parsed already (none: nothing yet)."""
     session = getattr(fs, "session", None)
@@ -31,13 +37,13 @@ def _parsed_models(fs: object) -> list[str]:
 
 
 def _child(conn: Connection) -> None:
-    fs = get_filesystem(URL, OPTIONS).fs  # made in the worker, as a worker opens a shard
+    fs = _s3fs()  # made in the worker, as a worker opens a shard
     conn.send(_parsed_models(fs))
     conn.close()
 
 
 def test_a_forked_worker_starts_with_the_parsed_s3_model() -> None:
-    parent = get_filesystem(URL, OPTIONS).fs
+    parent = _s3fs()
     parent.connect()  # the main process made a client (it listed a glob, say)
     assert "s3" in _parsed_models(parent)
     context = multiprocessing.get_context("fork")
@@ -52,3 +58,32 @@ def test_a_forked_worker_starts_with_the_parsed_s3_model() -> None:
         worker.join(30)
         ours.close()
     assert worker.exitcode == 0
+
+
+_PREPARE = """
+import sys
+from conveyor.datapipes.iter import TarShards
+from conveyor.datapipes.loading import list_once
+pipe = TarShards(["s3://bucket/a.tar", "s3://bucket/b.tar"], decode=None,
+                 storage_options={OPTIONS!r})
+assert "s3fs" not in sys.modules
+list_once(pipe)  # what the loader does in the main process before workers start
+from conveyor.storage import s3_source
+loader = getattr(s3_source, "_loader", None)
+print("s3fs" in sys.modules, loader is not None and any(
+    key[:2] == ("load_service_model", "s3") for key in loader._cache))
+"""
+
+
+def test_the_main_process_prepares_a_url_list_s_file_system_before_workers_fork() -> None:
+    """A URL list (no glob: nothing to list): the main process still imports the driver
+    and parses the S3 model, so that forked workers do not each do it."""
+    import subprocess
+    import sys
+
+    script = _PREPARE.replace("{OPTIONS!r}", repr(OPTIONS))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]
