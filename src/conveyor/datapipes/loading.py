@@ -51,7 +51,9 @@ def list_once(datapipe: Any, share: Callable[[str], str] | None = None) -> int:
     """
     listers = _listing_nodes(datapipe)
     for lister in listers:  # drivers imported once here, not by every worker after fork
-        lister.prepare_remote()
+        prepare = getattr(lister, "prepare_remote", None)
+        if callable(prepare):
+            prepare()
     nodes = [node for node in listers if node.listing_wanted()]
     if not nodes:
         return 0
