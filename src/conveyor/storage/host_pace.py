@@ -24,8 +24,9 @@ did, not guessed by halving:
 Halving and growing back (a saw-tooth between half and all of the allowed rate) kept
 0.72-0.9x of the rate a store allowed in the S7 throttle benchmark; pacing just under the
 admitted rate keeps 0.9-1.0x of it. Until the first throttle there is no pace.
-Starts are spaced ``1 / rate`` apart, first come first served; everything runs on the
-fetching event loop's thread (no lock).
+Starts are spaced ``1 / rate`` apart at the rate of the moment each slot comes (a request
+that waited at the old rate does not keep a slot of it); everything runs on the fetching
+event loop's thread (no lock).
 """
 
 from __future__ import annotations
@@ -66,18 +67,24 @@ class Pace:
 
     async def turn(self) -> float:
         """Wait for this request's turn to start; returns its start time (monotonic)."""
-        now = time.monotonic()
-        self._learn(now)
+        waited = False
+        while True:  # the slot is taken when it comes, at the rate of that moment
+            now = time.monotonic()
+            self._learn(now)
+            if self.rate is None or now >= self._next:
+                break
+            waited = True
+            await asyncio.sleep(self._next - now)
         start = now
         if self.rate is not None:
-            start = max(now, self._next)
             self._next = start + 1.0 / self.rate
-        self._binding = start > now
-        if start > now:
-            await asyncio.sleep(start - now)
+        self._binding = waited
         self._starts.append(start)
         self._forget(start - _WINDOW_S - _SETTLE_S)
         return start
+
+    def _last_start(self) -> float:
+        return self._starts[-1] if self._starts else float("-inf")
 
     def _forget(self, before: float) -> None:
         for kept in (self._starts, self._throttled):
@@ -102,7 +109,7 @@ class Pace:
         else:  # paced, and still a little too fast: the store allows less than that
             self.rate = max(_SLOWEST, _BELOW * min(starting, self.rate))
             self._learn_at = None
-        self._next = min(self._next, now + 1.0 / self.rate)
+        self._next = self._last_start() + 1.0 / self.rate  # the new spacing, at once
         self._at_pace = 0
 
     def _learn(self, now: float) -> None:
@@ -116,7 +123,7 @@ class Pace:
             self._throttled, since, until
         )
         self.rate = max(self.rate or _SLOWEST, _LEARNT * admitted / _WINDOW_S)
-        self._next = min(self._next, now + 1.0 / self.rate)
+        self._next = self._last_start() + 1.0 / self.rate  # the new spacing, at once
 
     def answered(self) -> None:
         """A request went through: after ``PROBE_ANSWERS`` of them at the pace, try a
