@@ -224,8 +224,10 @@ class Store:
         import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.options())
-        marker = f"{BUCKET}/{root.name}.json"
-        wanted = json.dumps(layout.__dict__)
+        # one marker for the bucket: layouts share object names (wds/shard-00000.tar ...),
+        # so uploading another layout replaces this one's objects
+        marker = f"{BUCKET}/layout.json"
+        wanted = json.dumps({"root": root.name, **layout.__dict__})
         deadline = time.monotonic() + 60
         while True:  # the first write waits for the volume server to register
             try:
@@ -243,6 +245,10 @@ class Store:
         local = sorted(path for path in root.rglob("*") if path.is_file() and path != root)
         local = [path for path in local if path.name != "layout.json"]
         fs.put([str(p) for p in local], [f"{BUCKET}/{p.relative_to(root)}" for p in local])
+        kept = {f"{BUCKET}/{p.relative_to(root)}" for p in local}
+        stale = [key for key in fs.find(f"{BUCKET}/wds/") if key not in kept]
+        if stale:  # another layout's extra shards would be listed by a glob
+            fs.rm(stale)
         fs.pipe(marker, wanted.encode())
         print(f"# uploaded in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 

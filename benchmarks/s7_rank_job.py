@@ -57,8 +57,11 @@ def main() -> None:
     nbytes = 0
     waits: list[float] = []
     start = asked = time.perf_counter()
+    iterator = iter(loader)
+    iter_s = time.perf_counter() - start  # the loader's own start (collectives, workers)
     first = 0.0
-    for index, (batch_keys, jpgs) in enumerate(loader, start=1):
+    warm_at, warm_bytes = time.time(), 0  # steady state: after the 4th batch (wall clock)
+    for index, (batch_keys, jpgs) in enumerate(iterator, start=1):
         got = time.perf_counter()
         if index == 1:
             first = got - start
@@ -66,9 +69,13 @@ def main() -> None:
             waits.append(got - asked)
         keys += [str(k) for k in batch_keys]
         nbytes += sum(len(j) for j in jpgs)
+        if index == 4:
+            warm_at, warm_bytes = time.time(), nbytes
         asked = time.perf_counter()
     record = {"rank": dist.get_rank(), "keys": keys, "nbytes": nbytes, "waits": waits,
-              "first_batch_s": first, "seconds": time.perf_counter() - start}  # fmt: skip
+              "first_batch_s": first, "iter_s": iter_s, "seconds": time.perf_counter() - start,
+              "warm_at": warm_at, "steady_bytes": nbytes - warm_bytes,
+              "end_at": time.time()}  # fmt: skip
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)
     if dist.get_rank() == 0:

@@ -57,7 +57,7 @@ from latency_proxy import LinkSettings, ProxyProcess  # noqa: E402  (tests/integ
 import s7_data  # noqa: E402
 from conveyor.dataloader import DataLoader  # noqa: E402
 from conveyor.datapipes.iter import TarShards  # noqa: E402
-from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions  # noqa: E402
+from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, host_limits  # noqa: E402
 
 BUCKET = s7_data.BUCKET
 
@@ -79,6 +79,7 @@ class Run:
     keys: list[str] = field(default_factory=list)
     nbytes: int = 0
     first_batch_s: float = 0.0
+    iter_s: float = 0.0
     steady_s: float = 0.0
     steady_bytes: int = 0
     waits: list[float] = field(default_factory=list)
@@ -249,6 +250,7 @@ def run_once(loader: Any, warm: int) -> Run:
     run = Run()
     start = time.perf_counter()
     iterator = iter(loader)
+    run.iter_s = time.perf_counter() - start  # the loader's own start (workers, listing)
     steady_from = 0.0
     asked = time.perf_counter()
     for index, batch in enumerate(iterator, start=1):
@@ -305,7 +307,12 @@ def request_summary(records: list[dict[str, Any]], layout: s7_data.Layout) -> di
                     later["gets"] += 1
                     later["throttled"] += r["done"] == "throttled"
     lists = sum("list-type=" in r["target"] or "prefix=" in r["target"] for r in records)
+    timeline = [  # when each request came, relative to the first, and what was done
+        (round(r["t"] - started, 3), r["method"], r["target"].rsplit("/", 1)[-1][:40], r["done"])
+        for r in records
+    ]
     return {
+        "timeline": timeline,
         "gets_per_shard": [per_shard[key] for key in layout.shards],
         "throttled": sum(r["done"] == "throttled" for r in records),
         "after_2s": dict(later),
@@ -415,6 +422,9 @@ def one_run(
     name: str, spec: Spec, warm: int, layout: s7_data.Layout, log: ProxyLog
 ) -> dict[str, Any]:
     log.take()
+    # each run starts as a fresh process would: nothing learnt about the host yet (a later
+    # epoch in the same process keeps its learnt pace and is throttled less)
+    host_limits._limits.clear()
     run = run_once(PIPELINES[name](spec), warm)
     seen = request_summary(log.take(), layout)
     counts = collections.Counter(run.keys)
@@ -424,6 +434,7 @@ def one_run(
         "exactly_once": len(counts) == expected and max(counts.values()) == 1,
         "mb_s": run.steady_bytes / run.steady_s / 1e6,
         "first_batch_s": run.first_batch_s,
+        "iter_s": run.iter_s,
         "waits": run.waits,
         "requests_seen": seen,
         "conveyor": run.requests,
@@ -441,6 +452,7 @@ def main() -> None:
     )
     parser.add_argument("--pipelines", default="conveyor,conveyor-thread,wds")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--links", help="only these of the scenario's links (open,throttled,tail)")
     parser.add_argument("--rtt", type=float, default=25.0, help="ms")
     parser.add_argument("--window", type=int, default=LinkSettings.window)
     parser.add_argument("--rps", type=float, default=10.0, help="GETs a second the store admits")
@@ -473,6 +485,8 @@ def main() -> None:
     with s7_data.Store(Path(args.weed_dir)) as store:
         store.upload(root, layout)
         links = links_for(args, log_dir)
+        if args.links:
+            links = {name: links[name] for name in args.links.split(",")}
         proxies = {name: ProxyProcess(store.host, settings) for name, settings in links.items()}
         logs = {name: ProxyLog(Path(str(settings.log))) for name, settings in links.items()}
         print(json.dumps({"scenario": args.scenario, "loadavg_start": os.getloadavg(),
@@ -497,7 +511,11 @@ def main() -> None:
                             signal.alarm(0)
                     result.update(pipeline=name, link=link, rep=rep, load=os.getloadavg()[0])
                     results[(name, link)].append(result)
-                    line = json.dumps({k: v for k, v in result.items() if k != "waits"})
+                    shown = {k: v for k, v in result.items() if k != "waits"}
+                    shown["requests_seen"] = {
+                        k: v for k, v in result.get("requests_seen", {}).items() if k != "timeline"
+                    }
+                    line = json.dumps(shown)
                     print(line, flush=True)
                     if args.out:
                         with open(args.out, "a") as handle:
@@ -536,12 +554,14 @@ def rank_run(
         ranks = json.loads(out.read_text())
     keys = [k for r in ranks for k in r["keys"]]
     counts = collections.Counter(keys)
-    seconds = max(r["seconds"] for r in ranks)
+    # steady state, as in one_run: from the first rank's 4th batch to the last rank's end
+    seconds = max(r["end_at"] for r in ranks) - min(r["warm_at"] for r in ranks)
     return {
         "samples": len(keys),
         "exactly_once": len(counts) == layout.samples and max(counts.values()) == 1,
-        "mb_s": sum(r["nbytes"] for r in ranks) / seconds / 1e6,
+        "mb_s": sum(r["steady_bytes"] for r in ranks) / seconds / 1e6,
         "first_batch_s": max(r["first_batch_s"] for r in ranks),
+        "iter_s": max(r["iter_s"] for r in ranks),
         "waits": [w for r in ranks for w in r["waits"]],
         "requests_seen": request_summary(log.take(), layout),
         "conveyor": {},

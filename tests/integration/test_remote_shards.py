@@ -54,7 +54,11 @@ def test_http_resume_reads_from_the_saved_offset(
     http_server: HttpServer, shard_set: ShardSet
 ) -> None:
     urls = http_urls(http_server, shard_set)
-    pipe = TarShards(urls, decode=None, block_size=4096)
+    # The first pipe does not hedge: a hedge (a second request for a block whose first
+    # byte was late, cancelled once the first answer won) may reach a loaded server's log
+    # after clear() below, and a block the first pipe read looked like a replay. Blocks
+    # of its read-ahead cancelled by close() may still be logged late: they lie ahead.
+    pipe = TarShards(urls, decode=None, block_size=4096, remote=RemoteOptions(hedge_budget=0))
     it = iter(pipe)
     head = [next(it)["__key__"] for _ in range(21)]  # into the third shard
     state = pipe.state_dict()
@@ -67,10 +71,8 @@ def test_http_resume_reads_from_the_saved_offset(
     assert head + keys_of(resumed) == shard_set.keys
     third = [r for _, path, r in http_server.requests if path.endswith("part-002.tar") and r]
     starts = [int(r.split("=")[1].split("-")[0]) for r in third]
-    # no replay from 0: nothing between the first block and the saved offset is read again
-    # (the first pipe's read-ahead of the first block may still be logged after clear())
-    assert not [s for s in starts if 4096 <= s < offset - 4096], (offset, third)
-    assert any(s >= offset - 4096 for s in starts)
+    # no replay: nothing before the saved offset's block is read again
+    assert starts and min(starts) >= offset - 4096, (offset, third)
 
 
 def test_http_listing_and_slow_response(http_server: HttpServer, shard_set: ShardSet) -> None:

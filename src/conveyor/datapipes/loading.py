@@ -49,7 +49,12 @@ def list_once(datapipe: Any, share: Callable[[str], str] | None = None) -> int:
     job lists once whatever its ranks and workers. A node that has its listing already
     keeps it (one listing per job, not per epoch).
     """
-    nodes = [node for node in _listing_nodes(datapipe) if node.listing_wanted()]
+    listers = _listing_nodes(datapipe)
+    for lister in listers:  # drivers imported once here, not by every worker after fork
+        prepare = getattr(lister, "prepare_remote", None)
+        if callable(prepare):
+            prepare()
+    nodes = [node for node in listers if node.listing_wanted()]
     if not nodes:
         return 0
     if share is None:

@@ -16,6 +16,7 @@ from conveyor.storage.filesystems import (
     list_files,
     open_early,
     open_url,
+    prepare_remote,
     release_connections,
     scheme_of,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "expand_braces",
     "failed_requests",
     "get_filesystem",
+    "prepare_remote",
     "is_local",
     "list_files",
     "open_early",

@@ -25,7 +25,7 @@ from typing import Any
 
 from conveyor.storage.answers import Answer, RangeSource
 from conveyor.storage.hedging import first_answer
-from conveyor.storage.host_limits import HostLimit, host_limit
+from conveyor.storage.host_limits import HOST_CONCURRENCY, HostLimit, host_limit
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.request_tally import count
@@ -149,7 +149,7 @@ async def fetch_block(job: BlockJob) -> None:
 async def _fetch(job: BlockJob) -> None:
     block, source = job.block, job.source
     run = RetryRun(job.options, source.url)
-    limit = host_limit(source.host)
+    limit = host_limit(source.host, most=getattr(source, "most_in_flight", HOST_CONCURRENCY))
     reached = block.start
     while not _past_end(job, reached):
         outcome = _Attempt(reached)

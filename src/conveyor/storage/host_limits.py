@@ -12,7 +12,8 @@ with a fixed capacity is then throttled about once per ``PROBE_ANSWERS`` request
 every step of a saw-tooth. Requests over the limit wait, in order, for a slot.
 
 A store that limits requests per second is also paced (`conveyor.storage.host_pace`):
-once it throttled, requests to it start no faster than the rate it was found to accept.
+once it throttled, requests to it start no faster than just under the rate it was found
+to admit.
 
 Everything here runs on the event loop that fetches (fsspec's ``fs.loop``): the state is
 per loop and host, and only touched from that loop's thread, so it needs no lock.
@@ -42,13 +43,18 @@ same as the pace's, `conveyor.storage.host_pace.PROBE_ANSWERS`)."""
 _limits: dict[tuple[int, str], HostLimit] = {}
 
 
-def host_limit(host: str, loop: asyncio.AbstractEventLoop | None = None) -> HostLimit:
-    """The limit of ``host`` on ``loop`` (default: the running loop), made on first use."""
+def host_limit(
+    host: str, loop: asyncio.AbstractEventLoop | None = None, most: int = HOST_CONCURRENCY
+) -> HostLimit:
+    """The limit of ``host`` on ``loop`` (default: the running loop), made on first use;
+    ``most``: the most requests in flight it ever allows (a client's connection pool: a
+    request past its turn that waits for a connection is sent after a throttle it could
+    have heeded)."""
     loop = loop or asyncio.get_running_loop()
     key = (id(loop), host)
     found = _limits.get(key)
     if found is None:
-        found = _limits[key] = HostLimit(host)
+        found = _limits[key] = HostLimit(host, most)
     return found
 
 
@@ -137,6 +143,7 @@ class HostLimit:
     def answered(self) -> None:
         """A request (still holding its place) was answered, not throttled: grow by one per
         limit's worth of answers, if the limit is what holds the readers back."""
+        self.pace.answered()
         if self.limit >= self.most or (self.in_flight < self.allowed and not self._waiting):
             return
         if self.limit < self._safe:

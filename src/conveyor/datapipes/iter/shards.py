@@ -33,7 +33,7 @@ from conveyor.storage import (
     expand_braces,
     resolve_urls,
 )
-from conveyor.storage.filesystems import has_glob
+from conveyor.storage.filesystems import has_glob, prepare_remote
 from conveyor.torch_compat import torch_worker_info
 
 __all__ = ["ShardLister", "ShardURL", "TarShards", "consumer_slot"]
@@ -115,6 +115,14 @@ class ShardLister(IterDataPipe[str]):
     def listing_wanted(self) -> bool:
         """Whether the URLs hold globs (a listing to make once and hand out)."""
         return any(has_glob(url) for entry in self.urls for url in expand_braces(entry))
+
+    def prepare_remote(self) -> None:
+        """Make the URLs' file systems here (the main process, before workers fork)."""
+        prepare_remote(
+            [url for entry in self.urls for url in expand_braces(entry)],
+            self.storage_options,
+            self.remote,
+        )
 
     def list_now(self) -> list[str]:
         """The concrete shard URLs, listed here unless a listing was handed over."""
