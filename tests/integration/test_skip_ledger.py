@@ -150,3 +150,26 @@ def test_stats_count_samples_delivered(num_workers: int, worker_type: str) -> No
     with pytest.warns(BadSampleWarning):
         got = [int(x) for batch in loader for x in torch.as_tensor(batch)]
     assert loader.stats().samples == len(got) == 196 and loader.stats().skipped == 4
+
+
+@pytest.mark.parametrize(("num_workers", "worker_type"), KINDS)
+def test_skips_of_a_pipe_read_outside_a_loader_are_not_reported_by_the_next_loader(
+    tmp_path: Path, num_workers: int, worker_type: str
+) -> None:
+    """A pipe read on its own warns for itself; the next loader of the process, over good
+    data, reports nothing (its sink was left empty, not holding the other pipe's records)."""
+    bad = write_shards(tmp_path / "bad")
+    corrupt_header(bad[1], 2)
+    with pytest.warns(BadSampleWarning, match="skipped"):
+        list(TarShards(bad, on_error="skip"))
+    good = write_shards(tmp_path / "good", shards=2)
+    loader = DataLoader(
+        TarShards(good, on_error="skip"),
+        batch_size=4,
+        num_workers=num_workers,
+        worker_type=worker_type,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BadSampleWarning)
+        assert len(keys_of(list(loader))) == 16
+    assert loader.stats().skipped == 0

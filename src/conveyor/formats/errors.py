@@ -135,6 +135,7 @@ class ErrorPolicy:
         self.deferred: SampleError | None = None
         self._delivered: dict[str, int] = {}
         self._reported = 0
+        self._unforwarded = 0  # skips made while no engine drained this process's sink
 
     def __repr__(self) -> str:
         return f"ErrorPolicy({self.on_error!r}, skipped={self.skipped})"
@@ -169,7 +170,8 @@ class ErrorPolicy:
         record = SkipRecord(
             redact_url(error.url), error.reason + at, loss.samples, loss.keys, loss.estimated
         )
-        skip_sink().add(record)
+        if not skip_sink().add(record):
+            self._unforwarded += 1
         self.skipped += loss.samples
         self.estimated += loss.samples if loss.estimated else 0
         self.records += 1
@@ -218,7 +220,8 @@ class ErrorPolicy:
         ended early for an error about to be raised (``deferred``)."""
         if self.records > self._reported and self.deferred is None:
             self._reported = self.records
-            if not skip_sink().is_forwarding():
+            if self._unforwarded or not skip_sink().is_forwarding():
+                self._unforwarded = 0  # no engine reports those: this warning does
                 warnings.warn(self.report(), BadSampleWarning, stacklevel=3)
 
 

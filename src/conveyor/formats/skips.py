@@ -61,12 +61,14 @@ class SkipSink:
         self.forwarding = False
         self._fetches: list[None] = []
         self._records: list[SkipRecord] = []
+        self._loose: list[SkipRecord] = []  # added while no engine drained
         self._pid = os.getpid()
 
     def _own(self) -> None:
         if self._pid != os.getpid():  # inherited by fork: the parent reports its own records
             self._pid = os.getpid()
             self._records = []
+            self._loose = []
             self._fetches = []
             self.forwarding = False
 
@@ -92,11 +94,17 @@ class SkipSink:
         self._own()
         return self.forwarding or bool(self._fetches)
 
-    def add(self, record: SkipRecord) -> None:
-        """Keep ``record`` until the next `drain`."""
+    def add(self, record: SkipRecord) -> bool:
+        """Keep ``record``; True when an engine will drain it to its main process.
+
+        A record added while no engine drains this sink (a pipeline read outside any loader)
+        is kept apart for `drain_skips` only, so the next loader of this process does not
+        report it as its own; the pipeline reports it itself (returns False)."""
         self._own()
-        if len(self._records) >= self.max_records:
-            last = self._records.pop()
+        forwarded = self.is_forwarding()
+        kept = self._records if forwarded else self._loose
+        if len(kept) >= self.max_records:
+            last = kept.pop()
             record = SkipRecord(
                 "",
                 "more skips than kept between two drains",
@@ -104,7 +112,8 @@ class SkipSink:
                 (),
                 last.estimated or record.estimated,
             )
-        self._records.append(record)
+        kept.append(record)
+        return forwarded
 
     def drain(self) -> list[SkipRecord]:
         """The records added since the last drain (in this process), oldest first.
@@ -112,14 +121,23 @@ class SkipSink:
         One ``pop`` at a time: with thread workers several threads add and drain, and a
         record appended while another thread drains is never lost (each pop is atomic)."""
         self._own()
-        records = self._records
-        taken: list[SkipRecord] = []
-        while records:
-            try:
-                taken.append(records.pop(0))
-            except IndexError:  # drained by another thread in between
-                break
-        return taken
+        return _take_all(self._records)
+
+    def drain_loose(self) -> list[SkipRecord]:
+        """The records added while no engine drained this sink, oldest first."""
+        self._own()
+        return _take_all(self._loose)
+
+
+def _take_all(records: list[SkipRecord]) -> list[SkipRecord]:
+    """Empty ``records`` one ``pop`` at a time (atomic against threads appending)."""
+    taken: list[SkipRecord] = []
+    while records:
+        try:
+            taken.append(records.pop(0))
+        except IndexError:  # drained by another thread in between
+            break
+    return taken
 
 
 _SINK = SkipSink()
@@ -131,5 +149,6 @@ def skip_sink() -> SkipSink:
 
 
 def drain_skips() -> list[SkipRecord]:
-    """``skip_sink().drain()``."""
-    return _SINK.drain()
+    """Every record this process's sink holds: those read outside a loader, then the
+    engine's (for inspection and tests; engines drain only their own)."""
+    return _SINK.drain_loose() + _SINK.drain()

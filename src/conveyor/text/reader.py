@@ -10,10 +10,11 @@ in whichever consumer is dealt it next.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from conveyor.formats.errors import ErrorPolicy
+from conveyor.formats.errors import BadSampleWarning, ErrorPolicy
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state.elastic import Pending
 from conveyor.text.documents import DocumentSource, TextBatch, TokenBatch, Unit
@@ -102,6 +103,8 @@ class SourceRows:
 
         def dropped(number: int, length: int) -> None:
             reason = f"document of {length} tokens, longer than seq_len={limit} (long_docs='drop')"
-            skip_sink().add(SkipRecord(unit.url, reason, 1, (f"document {number}",)))
+            record = SkipRecord(unit.url, reason, 1, (f"document {number}",))
+            if not skip_sink().add(record):  # read outside a loader: nobody else reports it
+                warnings.warn(f"dropped {record.describe()}", BadSampleWarning, stacklevel=2)
 
         return dropped

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conveyor.formats.errors import ErrorPolicy, SampleError
-from conveyor.formats.skips import skip_sink
+from conveyor.formats.skips import drain_skips
 from conveyor.text import HFDocuments, JsonlDocuments, ParquetDocuments, TextBatch, Tokenizer
 from conveyor.text.documents import TokenBatch
 
@@ -65,11 +65,11 @@ def test_jsonl_truncated_archive_keeps_what_was_read_and_counts_the_rest(tmp_pat
     Path(url).write_bytes(data[: len(data) // 2])
     with pytest.raises(SampleError, match=r"cannot read on.*cut.jsonl.gz"):
         docs(JsonlDocuments(url))
-    skip_sink().drain()
+    drain_skips()
     got = docs(JsonlDocuments(url), errors=ErrorPolicy("skip"))
     assert 0 < len(got) < len(TEXTS) * 2000
     assert [t for _, t in got] == (TEXTS * 2000)[: len(got)]
-    [record] = skip_sink().drain()
+    [record] = drain_skips()
     assert record.url == url and record.estimated
 
 
@@ -83,10 +83,10 @@ def test_jsonl_bad_lines_skipped_and_counted(tmp_path: Path) -> None:
         json.dumps({"text": "b"}),
     ]
     url = write_jsonl(tmp_path / "mixed.jsonl", lines)
-    skip_sink().drain()
+    drain_skips()
     policy = ErrorPolicy("skip")
     assert docs(JsonlDocuments(url), errors=policy) == [(0, "a"), (5, "b")]
-    records = skip_sink().drain()
+    records = drain_skips()
     assert [(r.keys, r.samples) for r in records] == [
         (("line 1",), 1),
         (("line 2",), 1),
@@ -149,21 +149,21 @@ def test_parquet_reads_only_the_text_column(
 def test_parquet_token_lists_are_used_as_they_are(tmp_path: Path) -> None:
     ids = [[1, 2, 3], [4], [], [5, 6]]
     pq.write_table(pa.table({"ids": ids}), tmp_path / "t.parquet")
-    skip_sink().drain()
+    drain_skips()
     got = docs(
         ParquetDocuments(str(tmp_path / "t.parquet"), column="ids"), errors=ErrorPolicy("skip")
     )
     assert got == [(0, [1, 2, 3]), (1, [4]), (3, [5, 6])]
-    assert [r.keys for r in skip_sink().drain()] == [("row 2",)]
+    assert [r.keys for r in drain_skips()] == [("row 2",)]
 
 
 def test_parquet_missing_column_and_corrupt_file(tmp_path: Path) -> None:
     url = write_parquet(tmp_path / "a.parquet")
     with pytest.raises(SampleError, match="no column 'body'"):
         docs(ParquetDocuments(url, column="body"))
-    skip_sink().drain()
+    drain_skips()
     assert docs(ParquetDocuments(url, column="body"), errors=ErrorPolicy("skip")) == []
-    records = skip_sink().drain()  # one per row group, its rows counted
+    records = drain_skips()  # one per row group, its rows counted
     assert sum(r.samples for r in records) == len(TEXTS) and {r.url for r in records} == {url}
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1" + b"\x00" * 100)
@@ -183,10 +183,10 @@ def test_parquet_corrupt_row_group_is_counted_with_its_rows(tmp_path: Path) -> N
     Path(url).write_bytes(bytes(data))
     with pytest.raises(SampleError, match="row group 1 does not decode"):
         docs(ParquetDocuments(url))
-    skip_sink().drain()
+    drain_skips()
     got = docs(ParquetDocuments(url), errors=ErrorPolicy("skip"))
     assert [t for _, t in got] == TEXTS[:10] + TEXTS[20:]
-    [record] = skip_sink().drain()
+    [record] = drain_skips()
     assert (record.samples, record.keys) == (10, ("rows 10-19",))
 
 
