@@ -10,13 +10,19 @@ sleep is latency, the step blocks as a GPU step does), with 64 batches per measu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+import torch
+
 from conveyor import DataLoader
+from conveyor.engine.loop import base_iterator
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 
 def _spin(seconds: float) -> None:
@@ -72,6 +78,65 @@ class CheapToMake(Items):
 def _slow_collate(batch: list[int]) -> list[int]:
     _spin(0.012)
     return batch
+
+
+class Frames:
+    """A batch of per-sample uint8 arrays whose ``pin_memory()`` stacks and normalises them
+    into one pinned float tensor (SPEC §4: custom types pin themselves): real work in the
+    pin stage. Without an accelerator the tensor is returned unpinned."""
+
+    def __init__(self, arrays: list[np.ndarray[Any, Any]]) -> None:
+        self.arrays = arrays
+
+    def pin_memory(self) -> torch.Tensor:
+        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
+        return stacked.pin_memory() if torch.cuda.is_available() else stacked
+
+
+class Planes(Items):
+    """512 kB per sample (one uint8 plane)."""
+
+    def __getitem__(self, i: int) -> Any:
+        return np.full((512, 1024), i % 251, dtype=np.uint8)
+
+
+class Images(Items):
+    """A 4 MB uint8 image tensor per sample."""
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.full((4, 1024, 1024), i % 251, dtype=torch.uint8)
+
+
+@contextlib.contextmanager
+def pinning_possible() -> Iterator[None]:
+    """pin_memory=True runs its pin stage here: with an accelerator it does anyway; on a
+    CPU-only machine conveyor (as torch) would warn and skip pinning, so the check that
+    an accelerator exists is lifted for the scenario (the pin thread and the pin function
+    are conveyor's own)."""
+    if torch.accelerator.is_available():
+        yield
+        return
+    original = base_iterator.pin_memory_available
+    base_iterator.pin_memory_available = lambda device="": True
+    try:
+        yield
+    finally:
+        base_iterator.pin_memory_available = original
+
+
+@contextlib.contextmanager
+def scarce_shared_memory(max_bytes: int = 1 << 20) -> Iterator[None]:
+    """A container's small /dev/shm: conveyor's slabs capped (``CONVEYOR_SHM_MAX_BYTES``)
+    below one batch, so batches are pickled through the worker pipes."""
+    before = os.environ.get(ENV_SHM_MAX_BYTES)
+    os.environ[ENV_SHM_MAX_BYTES] = str(max_bytes)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_SHM_MAX_BYTES, None)
+        else:
+            os.environ[ENV_SHM_MAX_BYTES] = before
 
 
 def _sleep(seconds: float) -> Callable[[Any], None]:

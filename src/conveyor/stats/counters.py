@@ -37,6 +37,8 @@ class StepClock:
         "compute_s",
         "decisions",
         "held_sum",
+        "pin_s",
+        "pins",
         "ready_wait_s",
         "requests",
         "samples",
@@ -60,6 +62,8 @@ class StepClock:
         self.ready_wait_s = 0.0  # time inside next() for batches that were already there
         self._in_flight_sum = 0
         self.held_sum = 0
+        self.pin_s = 0.0  # time in pin_memory (the pin thread's busy time, or next()'s)
+        self.pins = 0
         self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
         self.skipped = 0
         self.bytes_moved = 0
@@ -91,6 +95,11 @@ class StepClock:
         counts[2] += cpu_s
         counts[3] += collate_s
         counts[4] = max(counts[4], busy_s)
+
+    def pinned(self, seconds: float) -> None:
+        """One batch pinned in ``seconds`` (called from the pin thread: one writer)."""
+        self.pin_s += seconds
+        self.pins += 1
 
     @property
     def ready_batches(self) -> int:
@@ -145,6 +154,8 @@ class StepClock:
             requests=self.requests,
             ready_wait_s=self.ready_wait_s,
             held_sum=self.held_sum,
+            pin_s=self.pin_s,
+            pins=self.pins,
             decisions=tuple(self.decisions),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -62,8 +63,7 @@ class LoaderIterator(TorchLoaderIter):
         self._pin: Callable[[Any], Any] | None = None
         pin = options.pin
         if pin.enabled and pin_memory_available(pin.device):
-            device = pin.device or None
-            self._pin = lambda data: pin_memory(data, device)
+            self._pin = self._timed_pin(pin.device or None)
         elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._fingerprint = fingerprint_of(self._data)
@@ -73,6 +73,19 @@ class LoaderIterator(TorchLoaderIter):
         self.world = world_and_rank()  # (world size, rank) the checkpoints record
         self.epoch = plan.epoch  # the loader's epoch number (checkpoints keep it)
         self._begin_epoch(resume, draw_base_seed_now=True)
+
+    def _timed_pin(self, device: str | None) -> Callable[[Any], Any]:
+        """The pin function, timed into the epoch's clock (the doctor reads the pin
+        thread's busy time from it); it runs in the pin thread or in ``next()``."""
+
+        def pin(data: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return pin_memory(data, device)
+            finally:
+                self.clock.pinned(time.perf_counter() - started)
+
+        return pin
 
     # ------------------------------------------------------------------ epochs
     def _begin_epoch(self, resume: Resume | None, draw_base_seed_now: bool) -> None:
