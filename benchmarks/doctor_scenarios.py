@@ -89,6 +89,8 @@ class Frames:
         self.arrays = arrays
 
     def pin_memory(self) -> torch.Tensor:
+        for _ in self.arrays:
+            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
         stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
         return stacked.pin_memory() if torch.cuda.is_available() else stacked
 

@@ -11,12 +11,17 @@ two shared cores make figures noisy: docs/benchmarks.md has the measured ones).
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 
 from conveyor import DataLoader
+from conveyor.engine.loop import base_iterator
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 
 def _spin(seconds: float) -> None:
@@ -180,3 +185,62 @@ def test_gc_pauses_over_a_large_heap_are_found_and_freezing_helps() -> None:
     assert report.measured_gain is not None
     kept.clear()
     del heap
+
+
+class Planes(Items):
+    """512 kB uint8 planes: cheap to make, costly to normalise."""
+
+    def __getitem__(self, i: int) -> Any:
+        return np.full((512, 1024), i % 251, dtype=np.uint8)
+
+
+class Frames:
+    """A batch type that pins itself (SPEC §4): its ``pin_memory()`` stacks and normalises
+    the planes into one float tensor (pinned where an accelerator exists). Work in the pin
+    stage, which one thread does for every batch."""
+
+    def __init__(self, arrays: list[Any]) -> None:
+        self.arrays = arrays
+
+    def pin_memory(self) -> torch.Tensor:
+        for _ in self.arrays:
+            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
+        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
+        return stacked.pin_memory() if torch.cuda.is_available() else stacked
+
+
+def test_the_pin_thread_is_measured_and_named_when_it_sets_the_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # without an accelerator conveyor (as torch) skips pinning: let its pin stage run
+    monkeypatch.setattr(base_iterator, "pin_memory_available", lambda device="": True)
+    loader = DataLoader(Planes(400), batch_size=8, num_workers=2, pin_memory=True, collate_fn=Frames)
+    report = loader.doctor(_blocked_step(0.006), batches=24)
+    stats = report.run.stats
+    assert stats.pins >= 23 and report.run.pin_per_batch_s > 0
+    assert report.bottleneck == "pin thread"
+    assert report.diagnosis.fix.changes == {"pin_memory": False}
+    assert report.measured_gain is not None and report.measured_gain > 0.3
+    assert stats.verdict().kind == "pin memory"  # summary() says the same
+    assert "add workers" not in stats.summary()
+
+
+class Images(Items):
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((4, 512, 1024), i % 251, dtype=torch.uint8)  # 2 MB
+
+
+def test_scarce_shared_memory_is_named_and_lifting_the_cap_is_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_SHM_MAX_BYTES, str(1 << 20))  # a container's small /dev/shm
+    loader = DataLoader(Images(400), batch_size=4, num_workers=2)
+    with pytest.warns(UserWarning, match="too little shared memory"):
+        report = loader.doctor(_blocked_step(0.004), batches=24)
+    assert report.bottleneck == "shared memory"
+    assert report.run.shm_note is not None
+    assert report.diagnosis.fix.environ == {ENV_SHM_MAX_BYTES: None}
+    assert os.environ[ENV_SHM_MAX_BYTES] == str(1 << 20)  # restored after the run
+    assert report.counterfactual is not None and report.counterfactual.run.shm_note is None
+    assert report.measured_gain is not None and report.measured_gain > 0.3
+    assert "add workers" not in report.run.stats.summary()

@@ -16,12 +16,11 @@ from typing import Any
 
 from conveyor.doctor.measure import Measurement
 from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
-from conveyor.stats.verdict import CPU_SHARE, STRAGGLER_RATIO
+from conveyor.stats.verdict import CPU_SHARE, PIN_BUSY_SHARE, STRAGGLER_RATIO
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 __all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]
 
-PIN_BUSY_SHARE = 0.7  # the pin stage busy this share of the time: it sets the pace
 GIL_CORES = 1.3  # thread workers together on a CPU no more than this: the GIL holds them
 
 
@@ -146,7 +145,10 @@ def _pin_stage(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosi
         "less (uint8 before float; on CUDA, process workers write tensors into pinned slabs)",
         {"pin_memory": False},
     )
-    predicted = _predicted(floor_s, _worker_period(run, facts))
+    # without it the loop's thread receives the batches the pin thread received
+    stats = run.stats
+    receive = stats.pin_receive_cpu_s / stats.pins if stats.pins else 0.0
+    predicted = max(floor_s + receive, _worker_period(run, facts))
     return Diagnosis("pin thread", evidence, fix, run.period_s, predicted)
 
 

@@ -22,8 +22,10 @@ BUSY_SHARE = 0.6  # workers busy at least this share of the time: they limit the
 READY_SHARE = 0.8  # batches ready when asked at least this often: workers keep ahead
 CPU_SHARE = 0.5  # below this share of busy time on a CPU, workers mostly wait (I/O, GIL)
 STRAGGLER_RATIO = 4.0  # a task this many times the mean holds an in-order loader back
+PIN_BUSY_SHARE = 0.7  # pinning busy this share of the time per batch: it sets the pace
 
 # The kinds, in words a log line can carry (`Verdict.kind`).
+PIN = "pin memory"
 NOTHING, STEP, IN_LOOP, MAIN_PROCESS, WORKERS_CPU, WORKERS_WAIT, STRAGGLER, SHALLOW = (
     "nothing loaded",
     "training step",
@@ -57,6 +59,15 @@ def classify(stats: LoaderStats) -> Verdict:
     if not stats.workers:
         text = "the loader is the bottleneck (it loads in the training loop's process)"
         return Verdict(IN_LOOP, True, text + _stage(stats) + ": add workers (num_workers > 0)")
+    period = stats.elapsed_s / stats.batches
+    if stats.pins and stats.pin_s / stats.pins >= PIN_BUSY_SHARE * period:
+        return Verdict(
+            PIN,
+            True,
+            f"the loader is the bottleneck: pinning takes {1e3 * stats.pin_s / stats.pins:.1f} "
+            f"ms per batch, one batch every {period * 1e3:.1f} ms; one thread pins every batch, "
+            "so more workers would not help: pin less or make pin_memory() cheaper",
+        )
     busy = stats.workers_busy_share
     ready_wait = stats.ready_wait_s / stats.wait_s if stats.wait_s > 0 else 0.0
     if busy < BUSY_SHARE and (stats.ready_share >= READY_SHARE or ready_wait >= 0.5):

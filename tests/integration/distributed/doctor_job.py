@@ -2,7 +2,7 @@
 step all-reduces (as DDP's backward does), so rank 0 waits for rank 1 inside its step.
 
 argv: OUT BATCHES. Each rank runs ``loader.doctor()``; rank 0 writes every rank's report
-as JSON: [{rank, bottleneck, evidence, fix_changes, predicted_gain, measured_gain}].
+as JSON: [{rank, bottleneck, evidence, fix_changes, predicted_gain, measured_gain, ...}].
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def main() -> None:
         data, batch_size=2, num_workers=1, worker_type="thread", sampler=DistributedSampler(data)
     )
     report = loader.doctor(step, batches=batches).as_dict()
-    record = {key: report[key] for key in ("bottleneck", "evidence", "fix_changes", "step_floor_ms", "period_ms",
-                                           "predicted_gain", "measured_gain", "duration_s")}
+    keys = ("bottleneck", "evidence", "fix_changes", "predicted_gain", "measured_gain")
+    record = {key: report[key] for key in (*keys, "step_floor_ms", "period_ms", "duration_s")}
     record["rank"] = rank
     gathered: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from conveyor.engine.resume.rank_resume import (
     distributed_sampler,
     replica_state,
 )
-from conveyor.engine.workers.pin_thread import warn_unpinnable
+from conveyor.engine.workers.pin_thread import PIN_THREAD_NAME, warn_unpinnable
 from conveyor.engine.workers.request_deltas import take_request_counts
 from conveyor.engine.workers.seeding import draw_base_seed
 from conveyor.formats.skips import SkipRecord
@@ -75,15 +76,22 @@ class LoaderIterator(TorchLoaderIter):
         self._begin_epoch(resume, draw_base_seed_now=True)
 
     def _timed_pin(self, device: str | None) -> Callable[[Any], Any]:
-        """The pin function, timed into the epoch's clock (the doctor reads the pin
-        thread's busy time from it); it runs in the pin thread or in ``next()``."""
+        """The pin function, timed into the epoch's clock (the doctor reads the pin stage's
+        busy time from it); it runs in the pin thread or in ``next()``. In the pin thread
+        the CPU it spent since its last batch (receiving) is counted too: without pinning,
+        the loop's own thread would spend it."""
+        since = [-1.0]  # the pin thread's CPU clock when its last batch was pinned
 
         def pin(data: Any) -> Any:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             try:
                 return pin_memory(data, device)
             finally:
-                self.clock.pinned(time.perf_counter() - started)
+                now = time.thread_time()
+                in_thread = threading.current_thread().name == PIN_THREAD_NAME
+                receive = cpu - since[0] if in_thread and since[0] >= 0 else 0.0
+                since[0] = now
+                self.clock.pinned(time.perf_counter() - started, receive)
 
         return pin
 
