@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import statistics
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from conveyor import DataLoader
 from conveyor.engine.loop import base_iterator
@@ -111,6 +113,27 @@ class Images(Items):
         return torch.full((4, 1024, 1024), i % 251, dtype=torch.uint8)
 
 
+def _jpeg() -> bytes:
+    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+class Photos(Items):
+    """The torchvision-style pipeline: decode the whole JPEG, then crop and resize."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.data = _jpeg()
+
+    def __getitem__(self, i: int) -> Any:
+        image = Image.open(io.BytesIO(self.data)).convert("RGB")
+        w, h = image.size
+        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
+        return np.array(crop)
+
+
 @contextlib.contextmanager
 def pinning_possible() -> Iterator[None]:
     """pin_memory=True runs its pin stage here: with an accelerator it does anyway; on a
@@ -190,6 +213,12 @@ SCENARIOS: dict[str, Scenario] = {
         "worker CPU (decode, transforms)",
         lambda: DataLoader(Items(4000, spin_s=0.004), batch_size=2, num_workers=1),
         _sleep(0.004),
+        contextlib.nullcontext,
+    ),
+    "decode-bound, whole JPEGs cropped": (
+        "worker CPU (decode, transforms)",
+        lambda: DataLoader(Photos(4000), batch_size=2, num_workers=1),
+        _sleep(0.01),
         contextlib.nullcontext,
     ),
     "collate-bound": (

@@ -10,6 +10,7 @@ two shared cores make figures noisy: docs/benchmarks.md has the measured ones).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -18,10 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from conveyor import DataLoader
 from conveyor.engine.loop import base_iterator
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
+from conveyor.vision import CenterCropDecoder
 
 
 def _spin(seconds: float) -> None:
@@ -96,6 +99,7 @@ def test_cpu_bound_decode_with_too_few_workers() -> None:
     report = loader.doctor(_blocked_step(0.004), batches=24)
     assert report.bottleneck == "worker CPU (decode, transforms)"
     assert report.diagnosis.fix.changes == {"num_workers": 2}
+    assert "CropDecoder" not in report.diagnosis.fix.description  # no JPEG decoded here
 
 
 def test_collate_bound() -> None:
@@ -214,7 +218,9 @@ def test_the_pin_thread_is_measured_and_named_when_it_sets_the_pace(
 ) -> None:
     # without an accelerator conveyor (as torch) skips pinning: let its pin stage run
     monkeypatch.setattr(base_iterator, "pin_memory_available", lambda device="": True)
-    loader = DataLoader(Planes(400), batch_size=8, num_workers=2, pin_memory=True, collate_fn=Frames)
+    loader = DataLoader(
+        Planes(400), batch_size=8, num_workers=2, pin_memory=True, collate_fn=Frames
+    )
     report = loader.doctor(_blocked_step(0.006), batches=24)
     stats = report.run.stats
     assert stats.pins >= 23 and report.run.pin_per_batch_s > 0
@@ -244,3 +250,50 @@ def test_scarce_shared_memory_is_named_and_lifting_the_cap_is_tried(
     assert report.counterfactual is not None and report.counterfactual.run.shm_note is None
     assert report.measured_gain is not None and report.measured_gain > 0.3
     assert "add workers" not in report.run.stats.summary()
+
+
+def _jpeg() -> bytes:
+    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+class Photos:
+    """The torchvision-style pipeline: decode the whole JPEG, then crop and resize."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.data = n, _jpeg()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        image = Image.open(io.BytesIO(self.data)).convert("RGB")
+        w, h = image.size
+        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
+        return np.array(crop)  # writable: collate makes a tensor of it
+
+
+class PhotosAtSize(Photos):
+    """The same crop, decoded at the IDCT scale it needs (conveyor.vision)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.decode = CenterCropDecoder(224)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.decode(self.data)
+
+
+def test_full_jpeg_decodes_that_are_cropped_get_the_crop_aware_decoder_named() -> None:
+    report = DataLoader(Photos(200), batch_size=2, num_workers=1).doctor(
+        _blocked_step(0.002), batches=12
+    )
+    assert report.bottleneck == "worker CPU (decode, transforms)"
+    assert "RandomResizedCropDecoder" in report.diagnosis.fix.description
+    assert "Pillow decoding the whole JPEG" in report.diagnosis.evidence
+    at_size = DataLoader(PhotosAtSize(200), batch_size=2, num_workers=1).doctor(
+        _blocked_step(0.0005), batches=12, counterfactual=False
+    )
+    assert "CropDecoder" not in at_size.diagnosis.fix.description  # decoded at size already

@@ -8,10 +8,10 @@ import pytest
 
 from conveyor.doctor import LoaderFacts
 from conveyor.doctor.diagnosis import cores_for_workers, diagnose
-from conveyor.doctor.ranks import across_ranks
-from conveyor.transport.options import ENV_SHM_MAX_BYTES
 from conveyor.doctor.measure import Measurement
+from conveyor.doctor.ranks import across_ranks
 from conveyor.stats.report import LoaderStats, WorkerStats
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 FACTS = LoaderFacts(num_workers=2, worker_type="process", in_order=True, prefetch_factor=2, cpus=8)
 

@@ -84,12 +84,13 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         )
         keeps_up = Fix("none: the loader keeps up")
         return Diagnosis("training step", evidence, keeps_up, period, period)
-    if facts.num_workers == 0:
-        return _no_workers(run, floor_s, facts)
-    if run.pin_per_batch_s >= PIN_BUSY_SHARE * period:
-        return _pin_stage(run, floor_s, facts)
-    if run.shm_note is not None:
-        return _shared_memory(run, floor_s, facts)
+    early = (
+        _no_workers(run, floor_s, facts)
+        if facts.num_workers == 0
+        else _between_workers_and_loop(run, floor_s, facts)
+    )
+    if early is not None:
+        return early
     if gc_bound:
         return _gc(run, floor_s)
     if gil:
@@ -110,6 +111,17 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     if cpu < CPU_SHARE * busy and queued < 0.5 * (busy - cpu):
         return _waiting_workers(run, floor_s, facts, busy)
     return _cpu_workers(run, floor_s, facts, busy, cpu, collate)
+
+
+def _between_workers_and_loop(
+    run: Measurement, floor_s: float, facts: LoaderFacts
+) -> Diagnosis | None:
+    """The stages between the workers and the loop: the pin stage, shared memory."""
+    if run.pin_per_batch_s >= PIN_BUSY_SHARE * run.period_s:
+        return _pin_stage(run, floor_s, facts)
+    if run.shm_note is not None:
+        return _shared_memory(run, floor_s, facts)
+    return None
 
 
 def _predicted(floor_s: float, loader_s: float) -> float:
@@ -246,7 +258,9 @@ def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         f" (it also slows the step by {max(0.0, slowed) * 1e3:.1f} ms a batch)"
     )
     # in processes each batch costs its CPU time, spread over the workers and the CPUs
-    predicted = _predicted(floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts, workers)))
+    predicted = _predicted(
+        floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts, workers))
+    )
     changes = {"worker_type": "process", "num_workers": workers}
     fix = Fix(f"worker_type='process', num_workers={workers}", changes)
     return Diagnosis("GIL (thread workers)", evidence, fix, run.period_s, predicted)
@@ -285,6 +299,26 @@ def _cpu_workers(
     predicted = _predicted(floor_s, _cpu_bound_period(run, facts, busy, cpu, workers))
     fix = Fix(f"num_workers={workers}", {"num_workers": workers})
     return Diagnosis(name, evidence, fix, run.period_s, predicted)
+
+
+def crop_aware(diagnosis: Diagnosis, share: float) -> Diagnosis:
+    """``diagnosis`` (workers on a CPU) when ``share`` of a sample's time is Pillow decoding
+    whole JPEGs that are then cropped: decoding at the crop's size is named too. Its gain
+    is not predicted (the doctor cannot run the dataset with another decoder)."""
+    named = (
+        "decode at the crop's size: conveyor.vision.RandomResizedCropDecoder / "
+        "CenterCropDecoder (the JPEG's IDCT scale that the crop needs; "
+        "docs/guide/decode-at-size.md), gain not predicted"
+    )
+    evidence = (
+        f"{diagnosis.evidence}; {share:.0%} of a sample's time is Pillow decoding the whole "
+        "JPEG, which a crop or resize then shrinks"
+    )
+    fix = diagnosis.fix
+    fix = Fix(f"{fix.description}; and {named}", fix.changes) if fix.applicable else Fix(named)
+    return Diagnosis(
+        diagnosis.bottleneck, evidence, fix, diagnosis.period_s, diagnosis.predicted_period_s
+    )
 
 
 def _cpu_bound_period(

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from conveyor.distributed import RankCollectives
-from conveyor.doctor.diagnosis import Fix, LoaderFacts, diagnose
+from conveyor.doctor.diagnosis import Fix, LoaderFacts, crop_aware, diagnose
+from conveyor.doctor.hotspots import profile_samples
 from conveyor.doctor.measure import Step, headspace, measure
 from conveyor.doctor.ranks import across_ranks
 from conveyor.doctor.report import Counterfactual, DoctorReport
@@ -43,7 +44,12 @@ def examine(
         prefetch_factor=loader.prefetch_factor,
         cpus=available_cpus(),
     )
-    diagnosis = across_ranks(diagnose(run, floor, facts), run, floor)
+    diagnosis = diagnose(run, floor, facts)
+    if diagnosis.bottleneck.startswith("worker CPU"):
+        hotspots = profile_samples(loader.dataset)
+        if hotspots is not None and hotspots.wants_crop_aware_decode:
+            diagnosis = crop_aware(diagnosis, hotspots.full_decode_share)
+    diagnosis = across_ranks(diagnosis, run, floor)
     after = None
     if counterfactual and diagnosis.fix.applicable:
         after = _try(loader, diagnosis.fix, step, batches, max_seconds)

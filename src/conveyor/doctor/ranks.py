@@ -52,8 +52,9 @@ def across_ranks(diagnosis: Diagnosis, run: Measurement, floor_s: float) -> Diag
         f"{slowest['evidence']}); the other ranks wait for it in every collective of the step. "
         f"Data wait per batch: {waits}"
     )
-    fix = Fix(f"{fix.description} (rank {slowest['rank']}'s fix)", fix.changes, fix.gc_freeze,
-              fix.environ)
+    fix = Fix(
+        f"{fix.description} (rank {slowest['rank']}'s fix)", fix.changes, fix.gc_freeze, fix.environ
+    )
     return Diagnosis("rank imbalance", evidence, fix, run.period_s, predicted)
 
 

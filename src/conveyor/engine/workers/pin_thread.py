@@ -22,7 +22,13 @@ from conveyor.engine.workers.messages import Reply, WorkerMessage
 from conveyor.engine.workers.remote_error import RemoteError
 from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
 
-__all__ = ["JOIN_TIMEOUT_S", "PIN_THREAD_NAME", "InterruptiblePool", "PinningPool", "warn_unpinnable"]
+__all__ = [
+    "JOIN_TIMEOUT_S",
+    "PIN_THREAD_NAME",
+    "InterruptiblePool",
+    "PinningPool",
+    "warn_unpinnable",
+]
 
 JOIN_TIMEOUT_S = 5.0
 PIN_THREAD_NAME = "conveyor-pin-memory"
