@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -81,6 +82,7 @@ class LoaderIterator(TorchLoaderIter):
         the CPU it spent since its last batch (receiving) is counted too: without pinning,
         the loop's own thread would spend it."""
         since = [-1.0]  # the pin thread's CPU clock when its last batch was pinned
+        owner = weakref.ref(self)  # the pin thread must not keep this iterator alive
 
         def pin(data: Any) -> Any:
             started, cpu = time.perf_counter(), time.thread_time()
@@ -91,7 +93,9 @@ class LoaderIterator(TorchLoaderIter):
                 in_thread = threading.current_thread().name == PIN_THREAD_NAME
                 receive = cpu - since[0] if in_thread and since[0] >= 0 else 0.0
                 since[0] = now
-                self.clock.pinned(time.perf_counter() - started, receive)
+                iterator = owner()
+                if iterator is not None:
+                    iterator.clock.pinned(time.perf_counter() - started, receive)
 
         return pin
 
