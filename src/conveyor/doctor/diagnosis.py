@@ -137,11 +137,20 @@ def _no_workers(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnos
     return Diagnosis("loading in the training loop", evidence, fix, run.period_s, predicted)
 
 
-def _worker_period(run: Measurement, facts: LoaderFacts) -> float:
-    """The workers' own pace: their busy time per batch, shared between them."""
+def _worker_period(run: Measurement, facts: LoaderFacts, sending_stays: bool) -> float:
+    """The workers' own pace once a stage after them is gone: their busy time per batch
+    (its CPU part at the CPU share the scheduler gives them), shared between them. Their
+    CPU beyond the busy time is sending batches: it stays unless the fix changes how
+    batches travel (``sending_stays``)."""
     workers = run.stats.workers
-    busy = sum(w.busy_s for w in workers) / max(1, sum(w.batches for w in workers))
-    return busy / max(1, facts.num_workers)
+    tasks = max(1, sum(w.batches for w in workers))
+    busy = sum(w.busy_s for w in workers) / tasks
+    cpu = sum(w.cpu_s for w in workers) / tasks
+    if sending_stays:
+        busy = max(busy, cpu)
+    else:
+        cpu = min(busy, cpu)
+    return _cpu_bound_period(run, facts, busy, cpu, max(1, facts.num_workers))
 
 
 def _pin_stage(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
@@ -160,7 +169,10 @@ def _pin_stage(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosi
     # without it the loop's thread receives the batches the pin thread received
     stats = run.stats
     receive = stats.pin_receive_cpu_s / stats.pins if stats.pins else 0.0
-    predicted = max(floor_s + receive, _worker_period(run, facts))
+    loop_share = cores_for_workers(run, facts, 1)  # the loop's thread: one more to run
+    predicted = max(
+        floor_s + receive / min(1.0, loop_share), _worker_period(run, facts, sending_stays=True)
+    )
     return Diagnosis("pin thread", evidence, fix, run.period_s, predicted)
 
 
@@ -179,7 +191,7 @@ def _shared_memory(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diag
     else:
         what = "give the process more shared memory (docker run --shm-size=8g)"
     fix = Fix(f"{what}: batches then travel in shared-memory slabs", {}, environ=environ)
-    predicted = _predicted(floor_s, _worker_period(run, facts))
+    predicted = _predicted(floor_s, _worker_period(run, facts, sending_stays=False))
     return Diagnosis("shared memory", evidence, fix, run.period_s, predicted)
 
 
