@@ -92,6 +92,8 @@ def test_gil_bound_python_transform_wants_process_workers() -> None:
     report = loader.doctor(_blocked_step(0.002), batches=24)
     assert report.bottleneck == "GIL (thread workers)"
     assert report.diagnosis.fix.changes["worker_type"] == "process"
+    # summary() does not call the loader blameless while its threads hold the GIL
+    assert not report.run.stats.summary().endswith("the training step is the bottleneck")
 
 
 def test_cpu_bound_decode_with_too_few_workers() -> None:
@@ -114,6 +116,7 @@ def test_one_slow_sample_class_holds_an_in_order_loader_back() -> None:
     report = loader.doctor(_blocked_step(0.004), batches=40)
     assert report.bottleneck == "slow samples"
     assert report.diagnosis.fix.changes == {"in_order": False}
+    assert report.run.stats.verdict().kind == "slow batches"  # summary() says the same
 
 
 class _SlowToUnpickle:
