@@ -517,7 +517,9 @@ class DataLoader(TorchDataLoader[T_co]):
 
         Runs up to ``batches`` batches (or ``max_seconds``) twice plus a short replay of
         cached batches through ``step``. The first run is an epoch of this loader, left
-        unfinished, so its sampler's generator moves on as an epoch would.
+        unfinished, so its sampler's generator moves on as an epoch would. Under
+        torch.distributed every rank must call it with the same ``batches``: the ranks
+        exchange their timings and adopt the verdict of the rank that waited longest.
         """
         from conveyor.doctor import examine
 
@@ -525,8 +527,8 @@ class DataLoader(TorchDataLoader[T_co]):
 
     def _conveyor_variant(self, **changes: Any) -> DataLoader[T_co]:
         """A copy with torch attributes changed (``num_workers``, ``in_order``,
-        ``prefetch_factor``, ``worker_type``): the doctor's counterfactual. It shares the
-        dataset and sampler, and has epochs of its own."""
+        ``prefetch_factor``, ``worker_type``, ``pin_memory``): the doctor's
+        counterfactual. It shares the dataset and sampler, and has epochs of its own."""
         variant = copy.copy(self)  # __getstate__: no epoch of this loader comes along
         variant.__dict__.update(_iterator=None, _conveyor_persistent=None, _conveyor_resume=None)
         worker_type = changes.pop("worker_type", None)

@@ -172,7 +172,8 @@ class RankCollectives:
 
     ``agree_seed``: every rank uses rank 0's seed (DataPipe shuffles must agree before
     sharding). ``share_text``: every rank gets rank 0's text (its listing of the shard
-    globs: one listing per job). ``all_have``: whether every rank still has a batch
+    globs: one listing per job). ``all_texts``: every rank's text (the doctor's timings).
+    ``all_have``: whether every rank still has a batch
     (``fullsync=True`` stops all ranks together so uneven shards cannot hang DDP). All are
     collectives when
     torch.distributed is initialised with more than one rank: every rank must call them
@@ -210,6 +211,27 @@ class RankCollectives:
             buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
         dist.broadcast(buffer, src=0, group=group)
         return bytes(buffer.numpy()).decode()
+
+    def all_texts(self, text: str) -> list[str]:
+        """Every rank's ``text``, in rank order (UTF-8 bytes in tensors: never a pickle);
+        with one rank, ``[text]``."""
+        world = world_and_rank()[0]
+        if world == 1:
+            return [text]
+        group = self._world_group()
+        data = text.encode()
+        lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+        dist.all_gather(lengths, torch.tensor([len(data)], dtype=torch.int64), group=group)
+        longest = max(int(length.item()) for length in lengths)
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        if data:
+            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        buffers = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
+        dist.all_gather(buffers, mine, group=group)
+        return [
+            bytes(buffer[: int(length.item())].numpy()).decode()
+            for buffer, length in zip(buffers, lengths, strict=True)
+        ]
 
     def all_have(self, has_batch: bool) -> bool:
         if world_and_rank()[0] == 1:

@@ -10,13 +10,21 @@ two shared cores make figures noisy: docs/benchmarks.md has the measured ones).
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
+from PIL import Image
 
 from conveyor import DataLoader
+from conveyor.engine.loop import base_iterator
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
+from conveyor.vision import CenterCropDecoder
 
 
 def _spin(seconds: float) -> None:
@@ -84,6 +92,8 @@ def test_gil_bound_python_transform_wants_process_workers() -> None:
     report = loader.doctor(_blocked_step(0.002), batches=24)
     assert report.bottleneck == "GIL (thread workers)"
     assert report.diagnosis.fix.changes["worker_type"] == "process"
+    # summary() does not call the loader blameless while its threads hold the GIL
+    assert not report.run.stats.summary().endswith("the training step is the bottleneck")
 
 
 def test_cpu_bound_decode_with_too_few_workers() -> None:
@@ -91,6 +101,7 @@ def test_cpu_bound_decode_with_too_few_workers() -> None:
     report = loader.doctor(_blocked_step(0.004), batches=24)
     assert report.bottleneck == "worker CPU (decode, transforms)"
     assert report.diagnosis.fix.changes == {"num_workers": 2}
+    assert "CropDecoder" not in report.diagnosis.fix.description  # no JPEG decoded here
 
 
 def test_collate_bound() -> None:
@@ -105,6 +116,7 @@ def test_one_slow_sample_class_holds_an_in_order_loader_back() -> None:
     report = loader.doctor(_blocked_step(0.004), batches=40)
     assert report.bottleneck == "slow samples"
     assert report.diagnosis.fix.changes == {"in_order": False}
+    assert report.run.stats.verdict().kind == "slow batches"  # summary() says the same
 
 
 class _SlowToUnpickle:
@@ -180,3 +192,111 @@ def test_gc_pauses_over_a_large_heap_are_found_and_freezing_helps() -> None:
     assert report.measured_gain is not None
     kept.clear()
     del heap
+
+
+class Planes(Items):
+    """512 kB uint8 planes: cheap to make, costly to normalise."""
+
+    def __getitem__(self, i: int) -> Any:
+        return np.full((512, 1024), i % 251, dtype=np.uint8)
+
+
+class Frames:
+    """A batch type that pins itself (SPEC §4): its ``pin_memory()`` stacks and normalises
+    the planes into one float tensor (pinned where an accelerator exists). Work in the pin
+    stage, which one thread does for every batch."""
+
+    def __init__(self, arrays: list[Any]) -> None:
+        self.arrays = arrays
+
+    def pin_memory(self) -> torch.Tensor:
+        for _ in self.arrays:
+            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
+        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
+        return stacked.pin_memory() if torch.cuda.is_available() else stacked
+
+
+def test_the_pin_thread_is_measured_and_named_when_it_sets_the_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # without an accelerator conveyor (as torch) skips pinning: let its pin stage run
+    monkeypatch.setattr(base_iterator, "pin_memory_available", lambda device="": True)
+    loader = DataLoader(
+        Planes(400), batch_size=8, num_workers=2, pin_memory=True, collate_fn=Frames
+    )
+    report = loader.doctor(_blocked_step(0.006), batches=24)
+    stats = report.run.stats
+    assert stats.pins >= 23 and report.run.pin_per_batch_s > 0
+    assert report.bottleneck == "pin thread"
+    assert report.diagnosis.fix.changes == {"pin_memory": False}
+    assert report.measured_gain is not None and report.measured_gain > 0.3
+    assert stats.verdict().kind == "pin memory"  # summary() says the same
+    assert "add workers" not in stats.summary()
+
+
+class Images(Items):
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((4, 512, 1024), i % 251, dtype=torch.uint8)  # 2 MB
+
+
+def test_scarce_shared_memory_is_named_and_lifting_the_cap_is_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_SHM_MAX_BYTES, str(1 << 20))  # a container's small /dev/shm
+    loader = DataLoader(Images(400), batch_size=4, num_workers=2)
+    with pytest.warns(UserWarning, match="too little shared memory"):
+        report = loader.doctor(_blocked_step(0.004), batches=24)
+    assert report.bottleneck == "shared memory"
+    assert report.run.shm_note is not None
+    assert report.diagnosis.fix.environ == {ENV_SHM_MAX_BYTES: None}
+    assert os.environ[ENV_SHM_MAX_BYTES] == str(1 << 20)  # restored after the run
+    assert report.counterfactual is not None and report.counterfactual.run.shm_note is None
+    assert report.measured_gain is not None and report.measured_gain > 0.3
+    assert "add workers" not in report.run.stats.summary()
+
+
+def _jpeg() -> bytes:
+    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+class Photos:
+    """The torchvision-style pipeline: decode the whole JPEG, then crop and resize."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.data = n, _jpeg()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        image = Image.open(io.BytesIO(self.data)).convert("RGB")
+        w, h = image.size
+        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
+        return np.array(crop)  # writable: collate makes a tensor of it
+
+
+class PhotosAtSize(Photos):
+    """The same crop, decoded at the IDCT scale it needs (conveyor.vision)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.decode = CenterCropDecoder(224)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.decode(self.data)
+
+
+def test_full_jpeg_decodes_that_are_cropped_get_the_crop_aware_decoder_named() -> None:
+    report = DataLoader(Photos(200), batch_size=2, num_workers=1).doctor(
+        _blocked_step(0.002), batches=12
+    )
+    assert report.bottleneck == "worker CPU (decode, transforms)"
+    assert "RandomResizedCropDecoder" in report.diagnosis.fix.description
+    assert "Pillow decoding the whole JPEG" in report.diagnosis.evidence
+    at_size = DataLoader(PhotosAtSize(200), batch_size=2, num_workers=1).doctor(
+        _blocked_step(0.0005), batches=12, counterfactual=False
+    )
+    assert "CropDecoder" not in at_size.diagnosis.fix.description  # decoded at size already

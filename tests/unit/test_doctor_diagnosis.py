@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from conveyor.doctor import LoaderFacts
-from conveyor.doctor.diagnosis import diagnose
+from conveyor.doctor.diagnosis import cores_for_workers, diagnose
 from conveyor.doctor.measure import Measurement
+from conveyor.doctor.ranks import across_ranks
 from conveyor.stats.report import LoaderStats, WorkerStats
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 FACTS = LoaderFacts(num_workers=2, worker_type="process", in_order=True, prefetch_factor=2, cpus=8)
 
@@ -82,3 +88,57 @@ def test_no_workers_gets_workers() -> None:
     diagnosis = diagnose(run, floor_s=0.010, facts=facts)
     assert diagnosis.bottleneck == "loading in the training loop"
     assert diagnosis.fix.changes == {"num_workers": 3}
+
+
+def _cpu_run(idle: float | None, queued_s: float, cpu_ms: float = 8.0) -> Measurement:
+    run = _run(wait_ms=10, step_ms=4, busy_ms=cpu_ms, cpu_ms=cpu_ms)
+    return dataclasses.replace(run, idle_cores=idle, cpu_queue_s=queued_s)
+
+
+def test_a_new_worker_takes_its_share_from_other_jobs_on_a_busy_machine() -> None:
+    """2 CPUs, none idle, the workers runnable twice as long as they ran (share 1/2):
+    four threads want the CPUs, so two workers get 2 * 2/5 of them, not the idle 0."""
+    facts = LoaderFacts(1, "process", True, 2, cpus=2)
+    run = _cpu_run(idle=0.0, queued_s=0.0)
+    on_cpu = sum(w.cpu_s for w in run.stats.workers)
+    busy = _cpu_run(idle=0.0, queued_s=on_cpu)  # waited as long for a CPU as it ran
+    wall = busy.wall_s
+    others = 2 / 0.5 - 2 * on_cpu / wall  # C / share - runnable workers
+    assert cores_for_workers(busy, facts, 2) == pytest.approx(2 * 2 / (others + 2))
+    assert 0.5 < cores_for_workers(busy, facts, 2) < 2
+
+
+def test_an_idle_machine_gives_each_new_worker_a_cpu() -> None:
+    facts = LoaderFacts(1, "process", True, 2, cpus=16)
+    run = _cpu_run(idle=14.5, queued_s=0.01)  # a little queueing noise: CPUs were idle
+    assert cores_for_workers(run, facts, 4) == pytest.approx(4.0, rel=0.1)
+
+
+def test_the_pin_stage_that_sets_the_pace_is_named() -> None:
+    run = _run(wait_ms=10, step_ms=6, busy_ms=2, cpu_ms=2)
+    stats = dataclasses.replace(run.stats, pin_s=0.015 * 100, pins=100)
+    diagnosis = diagnose(dataclasses.replace(run, stats=stats), floor_s=0.006, facts=FACTS)
+    assert diagnosis.bottleneck == "pin thread"
+    assert diagnosis.fix.changes == {"pin_memory": False}
+    assert diagnosis.predicted_period_s == pytest.approx(0.006)
+    assert stats.verdict().kind == "pin memory"  # summary() says the same
+
+
+def test_scarce_shared_memory_is_named_before_the_main_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = _run(wait_ms=20, step_ms=4, busy_ms=5, cpu_ms=5, ready=0.95)
+    scarce = dataclasses.replace(run, shm_note="(the budget of 1 bytes is used up)")
+    monkeypatch.delenv(ENV_SHM_MAX_BYTES, raising=False)
+    diagnosis = diagnose(scarce, floor_s=0.004, facts=FACTS)
+    assert diagnosis.bottleneck == "shared memory"
+    assert "--shm-size" in diagnosis.fix.description and not diagnosis.fix.applicable
+    monkeypatch.setenv(ENV_SHM_MAX_BYTES, "1")
+    capped = diagnose(scarce, floor_s=0.004, facts=FACTS)
+    assert capped.fix.environ == {ENV_SHM_MAX_BYTES: None} and capped.fix.applicable
+
+
+def test_one_rank_alone_keeps_its_own_verdict() -> None:
+    run = _run(10, 10, 40, 40)
+    diagnosis = diagnose(run, floor_s=0.010, facts=FACTS)
+    assert across_ranks(diagnosis, run, 0.010) is diagnosis

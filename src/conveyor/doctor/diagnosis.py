@@ -10,12 +10,14 @@ gain is the measured period over the predicted one, minus one.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.doctor.measure import Measurement
 from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
-from conveyor.stats.verdict import CPU_SHARE, STRAGGLER_RATIO
+from conveyor.stats.verdict import CPU_SHARE, PIN_BUSY_SHARE, STRAGGLER_RATIO
+from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 __all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]
 
@@ -40,10 +42,11 @@ class Fix:
     description: str
     changes: dict[str, Any] = field(default_factory=dict)  # loader attribute -> value
     gc_freeze: bool = False  # gc.freeze() before the run (the heap stops being scanned)
+    environ: dict[str, str | None] = field(default_factory=dict)  # None: unset it
 
     @property
     def applicable(self) -> bool:
-        return bool(self.changes) or self.gc_freeze
+        return bool(self.changes) or self.gc_freeze or bool(self.environ)
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,13 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         )
         keeps_up = Fix("none: the loader keeps up")
         return Diagnosis("training step", evidence, keeps_up, period, period)
-    if facts.num_workers == 0:
-        return _no_workers(run, floor_s, facts)
+    early = (
+        _no_workers(run, floor_s, facts)
+        if facts.num_workers == 0
+        else _between_workers_and_loop(run, floor_s, facts)
+    )
+    if early is not None:
+        return early
     if gc_bound:
         return _gc(run, floor_s)
     if gil:
@@ -105,6 +113,17 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     return _cpu_workers(run, floor_s, facts, busy, cpu, collate)
 
 
+def _between_workers_and_loop(
+    run: Measurement, floor_s: float, facts: LoaderFacts
+) -> Diagnosis | None:
+    """The stages between the workers and the loop: the pin stage, shared memory."""
+    if run.pin_per_batch_s >= PIN_BUSY_SHARE * run.period_s:
+        return _pin_stage(run, floor_s, facts)
+    if run.shm_note is not None:
+        return _shared_memory(run, floor_s, facts)
+    return None
+
+
 def _predicted(floor_s: float, loader_s: float) -> float:
     return max(floor_s, loader_s)
 
@@ -116,6 +135,64 @@ def _no_workers(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnos
     evidence = f"loading takes {load * 1e3:.1f} ms per batch inside next(), in the loop's process"
     fix = Fix(f"num_workers={workers}", {"num_workers": workers})
     return Diagnosis("loading in the training loop", evidence, fix, run.period_s, predicted)
+
+
+def _worker_period(run: Measurement, facts: LoaderFacts, sending_stays: bool) -> float:
+    """The workers' own pace once a stage after them is gone: their busy time per batch
+    (its CPU part at the CPU share the scheduler gives them), shared between them. Their
+    CPU beyond the busy time is sending batches: it stays unless the fix changes how
+    batches travel (``sending_stays``)."""
+    workers = run.stats.workers
+    tasks = max(1, sum(w.batches for w in workers))
+    busy = sum(w.busy_s for w in workers) / tasks
+    cpu = sum(w.cpu_s for w in workers) / tasks
+    if sending_stays:
+        busy = max(busy, cpu)
+    else:
+        cpu = min(busy, cpu)
+    return _cpu_bound_period(run, facts, busy, cpu, max(1, facts.num_workers))
+
+
+def _pin_stage(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    pin = run.pin_per_batch_s
+    where = "the pin thread" if facts.worker_type == "process" else "next() (thread workers)"
+    evidence = (
+        f"pinning takes {pin * 1e3:.1f} ms per batch in {where}, one batch every "
+        f"{run.period_s * 1e3:.1f} ms: one thread pins every batch, in turn"
+    )
+    fix = Fix(
+        "pin_memory=False measures what the pin stage costs; to keep pinned batches, move "
+        "work out of pin_memory() (a custom type's: into collate_fn, in the workers) or pin "
+        "less (uint8 before float; on CUDA, process workers write tensors into pinned slabs)",
+        {"pin_memory": False},
+    )
+    # without it the loop's thread receives the batches the pin thread received
+    stats = run.stats
+    receive = stats.pin_receive_cpu_s / stats.pins if stats.pins else 0.0
+    loop_share = cores_for_workers(run, facts, 1)  # the loop's thread: one more to run
+    predicted = max(
+        floor_s + receive / min(1.0, loop_share), _worker_period(run, facts, sending_stays=True)
+    )
+    return Diagnosis("pin thread", evidence, fix, run.period_s, predicted)
+
+
+def _shared_memory(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
+    stats = run.stats
+    note = run.shm_note or ""
+    evidence = (
+        f"shared memory is too scarce for the batches ({note.split('(', 1)[-1].split(')')[0]}),"
+        f" so {stats.bytes_moved / max(1, stats.batches) / 1e6:.1f} MB a batch are pickled "
+        "through the worker pipes and copied again in the main process"
+    )
+    environ: dict[str, str | None] = {}
+    if ENV_SHM_MAX_BYTES in os.environ:
+        environ[ENV_SHM_MAX_BYTES] = None  # the cap is conveyor's: lift it
+        what = f"lift {ENV_SHM_MAX_BYTES}={os.environ[ENV_SHM_MAX_BYTES]}"
+    else:
+        what = "give the process more shared memory (docker run --shm-size=8g)"
+    fix = Fix(f"{what}: batches then travel in shared-memory slabs", {}, environ=environ)
+    predicted = _predicted(floor_s, _worker_period(run, facts, sending_stays=False))
+    return Diagnosis("shared memory", evidence, fix, run.period_s, predicted)
 
 
 def _gc(run: Measurement, floor_s: float) -> Diagnosis:
@@ -193,7 +270,9 @@ def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
         f" (it also slows the step by {max(0.0, slowed) * 1e3:.1f} ms a batch)"
     )
     # in processes each batch costs its CPU time, spread over the workers and the CPUs
-    predicted = _predicted(floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts)))
+    predicted = _predicted(
+        floor_s, max(cpu / workers, cpu / cores_for_workers(run, facts, workers))
+    )
     changes = {"worker_type": "process", "num_workers": workers}
     fix = Fix(f"worker_type='process', num_workers={workers}", changes)
     return Diagnosis("GIL (thread workers)", evidence, fix, run.period_s, predicted)
@@ -234,22 +313,55 @@ def _cpu_workers(
     return Diagnosis(name, evidence, fix, run.period_s, predicted)
 
 
+def crop_aware(diagnosis: Diagnosis, share: float) -> Diagnosis:
+    """``diagnosis`` (workers on a CPU) when ``share`` of a sample's time is Pillow decoding
+    whole JPEGs that are then cropped: decoding at the crop's size is named too. Its gain
+    is not predicted (the doctor cannot run the dataset with another decoder)."""
+    named = (
+        "decode at the crop's size: conveyor.vision.RandomResizedCropDecoder / "
+        "CenterCropDecoder (the JPEG's IDCT scale that the crop needs; "
+        "docs/guide/decode-at-size.md), gain not predicted"
+    )
+    evidence = (
+        f"{diagnosis.evidence}; {share:.0%} of a sample's time is Pillow decoding the whole "
+        "JPEG, which a crop or resize then shrinks"
+    )
+    fix = diagnosis.fix
+    fix = Fix(f"{fix.description}; and {named}", fix.changes) if fix.applicable else Fix(named)
+    return Diagnosis(
+        diagnosis.bottleneck, evidence, fix, diagnosis.period_s, diagnosis.predicted_period_s
+    )
+
+
 def _cpu_bound_period(
     run: Measurement, facts: LoaderFacts, busy: float, cpu: float, workers: int
 ) -> float:
     """The loader's period with ``workers`` workers whose batches cost ``cpu`` seconds of
     CPU (and what they waited on beyond a CPU): no faster than each worker doing its
-    batches one by one, nor than the CPUs they can get doing all of them."""
+    batches one by one, nor than the CPU share the scheduler gives them doing all of them."""
     tasks = max(1, sum(w.batches for w in run.stats.workers))
     waiting = max(0.0, busy - cpu - run.cpu_queue_s / tasks)  # I/O, not the CPU queue
-    return max((cpu + waiting) / workers, cpu / cores_for_workers(run, facts))
+    return max((cpu + waiting) / workers, cpu / cores_for_workers(run, facts, workers))
 
 
-def cores_for_workers(run: Measurement, facts: LoaderFacts) -> float:
-    """CPUs the workers could use: what they used plus what the machine left idle
-    (measured; all of them where that cannot be read), less the training loop's own."""
+def cores_for_workers(run: Measurement, facts: LoaderFacts, workers: int) -> float:
+    """CPUs that ``workers`` workers, all runnable, would get from the scheduler.
+
+    Linux shares the CPUs evenly between the threads that are runnable, so a new worker
+    takes its share from every other job, not only from the CPUs left idle. The others'
+    demand is measured: the cores busy with other work (``/proc/stat``) and, when no CPU
+    was idle, the run-queue wait of the workers (``schedstat``: with ``D`` threads
+    runnable on ``C`` CPUs each runs ``C / D`` of the time it wants, so ``D = C / share``).
+    """
+    cpus = float(facts.cpus)
     wall = max(run.wall_s, 1e-9)
-    used = sum(w.cpu_s for w in run.stats.workers) / wall
-    idle = run.idle_cores if run.idle_cores is not None else float(facts.cpus)
-    loop = min(1.0, run.loop_cpu_s / wall)
-    return max(0.1, min(facts.cpus - loop, used + idle))
+    stats = run.stats.workers
+    on_cpu = sum(w.cpu_s for w in stats)
+    runnable = (on_cpu + run.cpu_queue_s) / wall  # workers wanting a CPU, on average
+    used = on_cpu / wall
+    idle = run.idle_cores if run.idle_cores is not None else cpus - used
+    others = max(0.0, cpus - idle - used)  # cores running something else (the loop too)
+    share = on_cpu / (on_cpu + run.cpu_queue_s) if on_cpu > 0 else 1.0
+    if idle < 0.5 and share < 1.0:  # no CPU to spare: the queue says how many compete
+        others = max(others, cpus / share - runnable)
+    return max(0.1, workers * min(1.0, cpus / (others + workers)))

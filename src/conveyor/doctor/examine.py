@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from conveyor.doctor.diagnosis import Fix, LoaderFacts, diagnose
+from conveyor.distributed import RankCollectives
+from conveyor.doctor.diagnosis import Fix, LoaderFacts, crop_aware, diagnose
+from conveyor.doctor.hotspots import profile_samples
 from conveyor.doctor.measure import Step, headspace, measure
+from conveyor.doctor.ranks import across_ranks
 from conveyor.doctor.report import Counterfactual, DoctorReport
 from conveyor.engine.loop.autotune import available_cpus
 
@@ -30,6 +34,7 @@ def examine(
     started = time.perf_counter()
     step = step if step is not None else _step_like_last_epoch(loader)
     run, kept = measure(loader, step, batches, max_seconds)
+    RankCollectives().all_have(True)  # ranks replay together: no step waits for a loader
     floor = headspace(step, kept)
     del kept
     facts = LoaderFacts(
@@ -40,6 +45,11 @@ def examine(
         cpus=available_cpus(),
     )
     diagnosis = diagnose(run, floor, facts)
+    if diagnosis.bottleneck.startswith("worker CPU"):
+        hotspots = profile_samples(loader.dataset)
+        if hotspots is not None and hotspots.wants_crop_aware_decode:
+            diagnosis = crop_aware(diagnosis, hotspots.full_decode_share)
+    diagnosis = across_ranks(diagnosis, run, floor)
     after = None
     if counterfactual and diagnosis.fix.applicable:
         after = _try(loader, diagnosis.fix, step, batches, max_seconds)
@@ -52,7 +62,7 @@ def _try(loader: Any, fix: Fix, step: Step, batches: int, max_seconds: float) ->
         # the fix may ask for more process workers than CPUs on purpose (waiting workers)
         warnings.simplefilter("ignore", UserWarning)
         variant = loader._conveyor_variant(**fix.changes)
-        with _gc_frozen(fix.gc_freeze):
+        with _gc_frozen(fix.gc_freeze), _environ(fix.environ):
             run, _ = measure(variant, step, batches, max_seconds)
     return Counterfactual(run, run.period_s)
 
@@ -67,6 +77,26 @@ def _gc_frozen(freeze: bool) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@contextlib.contextmanager
+def _environ(changes: dict[str, str | None]) -> Iterator[None]:
+    """Environment variables changed (None: unset) for the counterfactual run only."""
+    before = {name: os.environ.get(name) for name in changes}
+    for name, value in changes.items():
+        _set_env(name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            _set_env(name, value)
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _step_like_last_epoch(loader: Any) -> Step:

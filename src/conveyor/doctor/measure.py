@@ -8,15 +8,19 @@ step alone: the consumer's floor, what one batch costs when data is free.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from conveyor.distributed import world_and_rank
 from conveyor.stats.report import LoaderStats
+from conveyor.transport.main_end import ShmFallbackWarning
 
 __all__ = ["Measurement", "headspace", "measure"]
 
@@ -36,6 +40,12 @@ class Measurement:
     loop_cpu_s: float  # of which the training loop's own thread
     cpu_queue_s: float = 0.0  # workers runnable but waiting for a CPU (Linux schedstat)
     idle_cores: float | None = None  # CPUs the whole machine left idle, on average (/proc/stat)
+    shm_note: str | None = None  # why batches were pickled: shared memory too scarce for slabs
+
+    @property
+    def pin_per_batch_s(self) -> float:
+        """pin_memory=True: the pin stage's seconds per batch (the pin thread's, or next()'s)."""
+        return self.stats.pin_s / self.stats.pins if self.stats.pins else 0.0
 
     @property
     def batches(self) -> int:
@@ -86,7 +96,25 @@ def measure(
     loader: Any, step: Step, batches: int, max_seconds: float
 ) -> tuple[Measurement, list[Any]]:
     """Run ``loader`` for up to ``batches`` batches (or ``max_seconds``) under ``step``;
-    the measurement and the first few batches. The epoch is left unfinished."""
+    the measurement and the first few batches. The epoch is left unfinished. Under
+    torch.distributed every rank runs all ``batches`` (a step may hold collectives: ranks
+    stopping at different batches would hang)."""
+    if world_and_rank()[0] > 1:
+        max_seconds = float("inf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ShmFallbackWarning)
+        measured, kept = _measure(loader, step, batches, max_seconds)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ShmFallbackWarning)]
+    for w in caught:  # the user's own warnings go on as they would have
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if notes:
+        measured = dataclasses.replace(measured, shm_note=notes[0])
+    return measured, kept
+
+
+def _measure(
+    loader: Any, step: Step, batches: int, max_seconds: float
+) -> tuple[Measurement, list[Any]]:
     kept: list[Any] = []
     iterator = iter(loader)
     try:
@@ -176,7 +204,8 @@ def _idle_cores(
 
 
 def headspace(step: Step, batches: list[Any], replays: int = 16) -> float:
-    """The step's own seconds per batch: ``batches`` replayed, the loader out of the way."""
+    """The step's own seconds per batch: ``batches`` replayed, the loader out of the way.
+    The mean: the step's own pauses (its garbage collections) are part of its floor."""
     started = time.perf_counter()
     for batch in itertools.islice(itertools.cycle(batches), replays):
         step(batch)

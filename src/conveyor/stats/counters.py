@@ -37,6 +37,9 @@ class StepClock:
         "compute_s",
         "decisions",
         "held_sum",
+        "pin_receive_cpu_s",
+        "pin_s",
+        "pins",
         "ready_wait_s",
         "requests",
         "samples",
@@ -60,6 +63,9 @@ class StepClock:
         self.ready_wait_s = 0.0  # time inside next() for batches that were already there
         self._in_flight_sum = 0
         self.held_sum = 0
+        self.pin_s = 0.0  # time in pin_memory (the pin thread's busy time, or next()'s)
+        self.pins = 0
+        self.pin_receive_cpu_s = 0.0  # the pin thread's CPU between pins (receiving batches)
         self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
         self.skipped = 0
         self.bytes_moved = 0
@@ -91,6 +97,13 @@ class StepClock:
         counts[2] += cpu_s
         counts[3] += collate_s
         counts[4] = max(counts[4], busy_s)
+
+    def pinned(self, seconds: float, receive_cpu_s: float = 0.0) -> None:
+        """One batch pinned in ``seconds``, after ``receive_cpu_s`` of the pin thread's CPU
+        receiving it (called from the pin thread: one writer)."""
+        self.pin_s += seconds
+        self.pins += 1
+        self.pin_receive_cpu_s += receive_cpu_s
 
     @property
     def ready_batches(self) -> int:
@@ -145,6 +158,9 @@ class StepClock:
             requests=self.requests,
             ready_wait_s=self.ready_wait_s,
             held_sum=self.held_sum,
+            pin_s=self.pin_s,
+            pins=self.pins,
+            pin_receive_cpu_s=self.pin_receive_cpu_s,
             decisions=tuple(self.decisions),
         )
 

@@ -104,6 +104,9 @@ class LoaderStats:
     ready_wait_s: float = 0.0  # of wait_s, inside next() for batches already there
     decisions: tuple[Decision, ...] = ()  # autotune's changes this epoch, in order
     held_sum: int = 0  # in order: results ready behind the awaited one, summed over waits
+    pin_s: float = 0.0  # pin_memory=True: time spent pinning (the pin thread's busy time)
+    pins: int = 0  # batches pinned
+    pin_receive_cpu_s: float = 0.0  # the pin thread's CPU receiving those batches
 
     @property
     def mean_held_while_waiting(self) -> float:

@@ -22,8 +22,11 @@ BUSY_SHARE = 0.6  # workers busy at least this share of the time: they limit the
 READY_SHARE = 0.8  # batches ready when asked at least this often: workers keep ahead
 CPU_SHARE = 0.5  # below this share of busy time on a CPU, workers mostly wait (I/O, GIL)
 STRAGGLER_RATIO = 4.0  # a task this many times the mean holds an in-order loader back
+STEP_SHARING_CPU = 0.3  # workers on a CPU this share of the loop's time: they may slow it
+PIN_BUSY_SHARE = 0.7  # pinning busy this share of the time per batch: it sets the pace
 
 # The kinds, in words a log line can carry (`Verdict.kind`).
+PIN = "pin memory"
 NOTHING, STEP, IN_LOOP, MAIN_PROCESS, WORKERS_CPU, WORKERS_WAIT, STRAGGLER, SHALLOW = (
     "nothing loaded",
     "training step",
@@ -53,10 +56,22 @@ def classify(stats: LoaderStats) -> Verdict:
     if not stats.batches:
         return Verdict(NOTHING, False, "nothing loaded yet")
     if stats.wait_share <= BOTTLENECK_WAIT_SHARE:
-        return Verdict(STEP, False, "the loader keeps up; the training step is the bottleneck")
+        return Verdict(STEP, False, _keeps_up(stats))
     if not stats.workers:
         text = "the loader is the bottleneck (it loads in the training loop's process)"
         return Verdict(IN_LOOP, True, text + _stage(stats) + ": add workers (num_workers > 0)")
+    period = stats.elapsed_s / stats.batches
+    if stats.pins and stats.pin_s / stats.pins >= PIN_BUSY_SHARE * period:
+        return Verdict(
+            PIN,
+            True,
+            f"the loader is the bottleneck: pinning takes {1e3 * stats.pin_s / stats.pins:.1f} "
+            f"ms per batch, one batch every {period * 1e3:.1f} ms; one thread pins every batch, "
+            "so more workers would not help: pin less or make pin_memory() cheaper",
+        )
+    straggler = _straggler(stats)
+    if straggler is not None:  # before the ready share: most batches are ready, in order
+        return straggler
     busy = stats.workers_busy_share
     ready_wait = stats.ready_wait_s / stats.wait_s if stats.wait_s > 0 else 0.0
     if busy < BUSY_SHARE and (stats.ready_share >= READY_SHARE or ready_wait >= 0.5):
@@ -70,6 +85,28 @@ def classify(stats: LoaderStats) -> Verdict:
         )
     if busy >= BUSY_SHARE:
         return _workers_busy(stats)
+    return Verdict(
+        SHALLOW,
+        True,
+        "the loader is the bottleneck while its workers idle: too few batches in flight; "
+        "raise prefetch_factor",
+    )
+
+
+def _keeps_up(stats: LoaderStats) -> str:
+    """The loop hardly waits; workers busy on a CPU may still slow the step itself."""
+    text = "the loader keeps up; the training step is the bottleneck"
+    cpu_s = sum(w.cpu_s for w in stats.workers)
+    if stats.elapsed_s > 0 and cpu_s >= STEP_SHARING_CPU * stats.elapsed_s:
+        text += (
+            f", though the workers were on a CPU {cpu_s / stats.elapsed_s:.0%} of the time: "
+            "thread workers hold the GIL the step needs, and any worker takes CPU a CPU-bound "
+            "step could use; loader.doctor() times the step alone"
+        )
+    return text
+
+
+def _straggler(stats: LoaderStats) -> Verdict | None:
     mean = sum(w.busy_s for w in stats.workers) / max(1, sum(w.batches for w in stats.workers))
     longest = max(w.longest_s for w in stats.workers)
     if mean > 0 and longest >= STRAGGLER_RATIO * mean and stats.mean_held_while_waiting >= 1:
@@ -80,12 +117,7 @@ def classify(stats: LoaderStats) -> Verdict:
             f"against {mean * 1e3:.1f} ms on average) hold the others back; in_order=False "
             "hands out the ready ones first",
         )
-    return Verdict(
-        SHALLOW,
-        True,
-        "the loader is the bottleneck while its workers idle: too few batches in flight; "
-        "raise prefetch_factor",
-    )
+    return None
 
 
 def _workers_busy(stats: LoaderStats) -> Verdict:

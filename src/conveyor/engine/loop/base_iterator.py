@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +20,7 @@ from conveyor.engine.resume.rank_resume import (
     distributed_sampler,
     replica_state,
 )
-from conveyor.engine.workers.pin_thread import warn_unpinnable
+from conveyor.engine.workers.pin_thread import PIN_THREAD_NAME, warn_unpinnable
 from conveyor.engine.workers.request_deltas import take_request_counts
 from conveyor.engine.workers.seeding import draw_base_seed
 from conveyor.formats.skips import SkipRecord
@@ -62,8 +65,7 @@ class LoaderIterator(TorchLoaderIter):
         self._pin: Callable[[Any], Any] | None = None
         pin = options.pin
         if pin.enabled and pin_memory_available(pin.device):
-            device = pin.device or None
-            self._pin = lambda data: pin_memory(data, device)
+            self._pin = self._timed_pin(pin.device or None)
         elif pin.enabled:
             warn_unpinnable()  # as torch does, with or without workers; loading carries on
         self._fingerprint = fingerprint_of(self._data)
@@ -73,6 +75,29 @@ class LoaderIterator(TorchLoaderIter):
         self.world = world_and_rank()  # (world size, rank) the checkpoints record
         self.epoch = plan.epoch  # the loader's epoch number (checkpoints keep it)
         self._begin_epoch(resume, draw_base_seed_now=True)
+
+    def _timed_pin(self, device: str | None) -> Callable[[Any], Any]:
+        """The pin function, timed into the epoch's clock (the doctor reads the pin stage's
+        busy time from it); it runs in the pin thread or in ``next()``. In the pin thread
+        the CPU it spent since its last batch (receiving) is counted too: without pinning,
+        the loop's own thread would spend it."""
+        since = [-1.0]  # the pin thread's CPU clock when its last batch was pinned
+        owner = weakref.ref(self)  # the pin thread must not keep this iterator alive
+
+        def pin(data: Any) -> Any:
+            started, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return pin_memory(data, device)
+            finally:
+                now = time.thread_time()
+                in_thread = threading.current_thread().name == PIN_THREAD_NAME
+                receive = cpu - since[0] if in_thread and since[0] >= 0 else 0.0
+                since[0] = now
+                iterator = owner()
+                if iterator is not None:
+                    iterator.clock.pinned(time.perf_counter() - started, receive)
+
+        return pin
 
     # ------------------------------------------------------------------ epochs
     def _begin_epoch(self, resume: Resume | None, draw_base_seed_now: bool) -> None:

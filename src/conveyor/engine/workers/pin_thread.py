@@ -22,9 +22,16 @@ from conveyor.engine.workers.messages import Reply, WorkerMessage
 from conveyor.engine.workers.remote_error import RemoteError
 from conveyor.transport.pinning import MPS_UNSUPPORTED_WARNING, NO_ACCELERATOR_WARNING
 
-__all__ = ["JOIN_TIMEOUT_S", "InterruptiblePool", "PinningPool", "warn_unpinnable"]
+__all__ = [
+    "JOIN_TIMEOUT_S",
+    "PIN_THREAD_NAME",
+    "InterruptiblePool",
+    "PinningPool",
+    "warn_unpinnable",
+]
 
 JOIN_TIMEOUT_S = 5.0
+PIN_THREAD_NAME = "conveyor-pin-memory"
 WHERE = "in pin memory thread"
 
 
@@ -109,7 +116,7 @@ class PinningPool:
         self._thread = threading.Thread(
             target=_pin_loop,
             args=(pool, pin, self._ready, self._stop),
-            name="conveyor-pin-memory",
+            name=PIN_THREAD_NAME,
             daemon=True,
         )
         self._thread.start()
