@@ -22,7 +22,7 @@ from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.resume.placed import has_control
 from conveyor.engine.resume.progress import Deliveries, IndexProgress, PlacedProgress
 from conveyor.engine.workers import messages as msg
-from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task
+from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task, Tuning
 from conveyor.engine.workers.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.workers.remote_error import RemoteError
 from conveyor.engine.workers.seeding import EpochSeeds
@@ -179,9 +179,15 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
     def _autotune(self) -> None:
         """A batch is delivered: the tuner may change the workers taking tasks or the depth."""
         decision = self._tuner.observe(self.clock) if self._tuner is not None else None
-        if decision is not None:
-            self._dealer.open = decision.active_workers
-            self.clock.decisions.append(decision)
+        if decision is None:
+            return
+        last = self.clock.decisions[-1].read_ahead if self.clock.decisions else 0
+        if decision.read_ahead != last:  # every started worker: a parked one may take tasks
+            pool = self._require_pool()
+            for worker_id in range(self._worker_options.num_workers):
+                pool.send(worker_id, Tuning(decision.read_ahead))
+        self._dealer.open = decision.active_workers
+        self.clock.decisions.append(decision)
 
     def _dispatch_one(self) -> bool:
         if self._sampler_done:
