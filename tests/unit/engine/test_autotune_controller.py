@@ -31,6 +31,7 @@ def _window(
         clock.queue_seen(ready, 1)
         clock.batches += 1
         clock.wait_s += wait_s
+        clock.ready_wait_s += wait_s if ready else 0.0
         clock.compute_s += step_s
         clock.worker_did(0, busy_s, busy_s * cpu)
         clock.requests = RequestCounts(clock.requests.requests + requests)
@@ -50,8 +51,8 @@ def test_the_loop_waits_so_it_adds_the_workers_the_step_needs_from_the_first_bat
     tuner = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=16), 8, 2, True)
     clock = StepClock()
     # 40 ms of work per batch, a 10 ms step: 40 * 1.2 / 10 -> 5 workers, decided after the
-    # start-up batch and half a window (the loop waits: it hurries)
-    _window(tuner, clock, 4, wait_s=0.03, step_s=0.01, busy_s=0.04)
+    # start-up batch and a quarter window (the loop may be short: it hurries)
+    _window(tuner, clock, 2, wait_s=0.03, step_s=0.01, busy_s=0.04)
     assert tuner.active == 1
     _window(tuner, clock, 1, wait_s=0.03, step_s=0.01, busy_s=0.04)
     assert tuner.active == 5 and tuner.tasks_in_flight == 10
@@ -70,7 +71,7 @@ def test_far_behind_it_scales_the_workers_by_the_pace_they_kept() -> None:
 def test_a_change_is_judged_on_batches_dispatched_after_it() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=2, cpu_budget=16), 8, 2, True)
     clock = StepClock()
-    _window(tuner, clock, 5, wait_s=0.002, step_s=0.01, busy_s=0.02)  # 2 need 3: +1
+    _window(tuner, clock, 3, wait_s=0.002, step_s=0.01, busy_s=0.02)  # 2 need 3: +1
     assert tuner.active == 3
     # the 4 tasks in flight at the change arrive at the old pace: not a reason to add more
     _window(tuner, clock, 4, wait_s=0.002, step_s=0.01, busy_s=0.02)
@@ -81,8 +82,9 @@ def test_no_wait_retires_one_worker_per_two_quiet_windows_down_to_min() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=4, min_workers=2), 4, 2, True)
     clock = StepClock()
     actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.05, busy_s=0.001)
-    # two quiet windows, retire; the tasks in flight arrive, two quiet windows, retire
-    assert actives == [4, 3, 3, 3, 2, 2, 2, 2]
+    # quiet quarter windows until a full window was quiet, then two quiet windows: retire;
+    # the tasks in flight arrive, two quiet windows, retire
+    assert actives == [4, 4, 4, 3, 3, 3, 2, 2]
 
 
 def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
@@ -187,3 +189,14 @@ def test_round_robin_deals_only_to_open_workers() -> None:
     dealer.open = 3
     assert [dealer.next() for _ in range(3)] == [2, 0, 1]
     assert dealer.taking == 3
+
+
+def test_one_long_wait_among_ready_batches_is_the_workers_not_the_main_process_s() -> None:
+    """A stream's shard boundary: 7 batches of 8 were there when asked (no wait), the 8th
+    made the loop wait 60 ms. Most batches were ready, but the wait was not for them."""
+    tuner = Tuner(AutotuneOptions(initial_workers=2), 2, 2, workers_tunable=False)
+    clock = StepClock()
+    for _ in range(4):
+        _window(tuner, clock, 7, wait_s=0.0, step_s=0.01, busy_s=0.001, ready=True)
+        _window(tuner, clock, 1, wait_s=0.06, step_s=0.01, busy_s=0.05)
+    assert tuner.per_worker > 2

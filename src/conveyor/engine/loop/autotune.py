@@ -7,7 +7,7 @@ epoch's counters (`StepClock`) over windows of batches: the consumer's time betw
 time (and CPU time) per batch. From those it computes the workers the step needs,
 ``ceil(busy per batch * (1 + headroom) / step)``.
 
-- Up fast: while the loop waits it decides every half window. Far behind (waiting more
+- Up fast: while the loop waits it decides every quarter window. Far behind (waiting more
   than four times the target share) it scales the workers by the pace they kept
   (``active * (step + wait) / step``: one window from 1 to the count needed), else it
   takes them to the need, or (enough workers: bursty tasks) gives each one more task in
@@ -62,7 +62,7 @@ class _Window:
         "busy_s",
         "compute_s",
         "cpu_s",
-        "ready",
+        "ready_wait_s",
         "requests",
         "wait_s",
         "worker_batches",
@@ -70,10 +70,10 @@ class _Window:
 
     def __init__(self, clock: StepClock | None = None) -> None:
         if clock is None:
-            self.batches = self.ready = self.worker_batches = self.requests = 0
-            self.wait_s = self.compute_s = self.busy_s = self.cpu_s = 0.0
+            self.batches = self.worker_batches = self.requests = 0
+            self.wait_s = self.compute_s = self.busy_s = self.cpu_s = self.ready_wait_s = 0.0
             return
-        self.batches, self.ready = clock.batches, clock.ready_batches
+        self.batches, self.ready_wait_s = clock.batches, clock.ready_wait_s
         self.wait_s, self.compute_s = clock.wait_s, clock.compute_s
         self.busy_s, self.cpu_s, self.worker_batches = clock.worker_totals()
         self.requests = clock.requests.requests
@@ -81,7 +81,8 @@ class _Window:
 
 class _Rates:
     """One window's rates: the loop's wait share and step, the workers' busy time and CPU
-    share per task, batches ready when asked, remote requests, the workers the step needs."""
+    share per task, how much of the wait was for batches already there (the main process's
+    own: receiving them), remote requests, the workers the step needs."""
 
     def __init__(self, before: _Window, now: _Window, headroom: float) -> None:
         batches = max(1, now.batches - before.batches)
@@ -91,8 +92,10 @@ class _Rates:
         self.busy = busy_s / tasks if tasks else 0.0
         self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s) if busy_s > 0 else 1.0
         self.wait_share = wait / (wait + step) if wait + step > 0 else 0.0
-        self.ready_share = (now.ready - before.ready) / batches
+        ready_wait = now.ready_wait_s - before.ready_wait_s
+        self.ready_wait_share = ready_wait / wait if wait > 0 else 0.0
         self.step = step / batches
+        self.batches = batches
         self.remote = now.requests > before.requests
         self.headroom = headroom
         self.need = self.workers_for(headroom)
@@ -117,7 +120,8 @@ class Tuner:
         self.per_worker = max(1, prefetch_factor)
         self.read_ahead = 0  # remote readers' own window until the workers wait on them
         self._quiet_windows = 0
-        self._hurry = True  # the loop may be short: decide every half window
+        self._hurry = True  # the loop may be short: decide every quarter window
+        self._quiet_batches = 0  # while hurrying: batches in a row without waiting
         self._too_few = 0  # the most workers at which the loop was seen waiting
         self._too_few_step = 0.0  # the step time then
         self._window: _Window | None = None
@@ -141,7 +145,7 @@ class Tuner:
             return None
         length = self.options.window_batches
         if self._hurry:
-            length = max(2, length // 2)
+            length = max(2, length // 4)
         if clock.batches - self._window.batches < length:
             return None
         before, self._window = self._window, _Window(clock)
@@ -158,21 +162,24 @@ class Tuner:
         active, per_worker, read_ahead, reason = self.active, self.per_worker, self.read_ahead, ""
         if rates.wait_share > self.options.target_wait_share:
             self._quiet_windows = 0
-            if rates.ready_share >= 0.8:
+            if rates.ready_wait_share >= 0.5:
                 return None  # batches were there: the main process's wait, not the workers'
-            self._hurry = True
+            self._hurry, self._quiet_batches = True, 0
             self._too_few, self._too_few_step = max(self._too_few, active), rates.step
             active, per_worker, reason = self._more(rates)
             read_ahead, reason = self._more_read_ahead(rates, reason)
+        elif self._hurry:
+            # a short window without waiting may be the start's prefetched batches: hurry
+            # on until a full window of them was quiet
+            self._quiet_batches += rates.batches
+            self._hurry = self._quiet_batches < self.options.window_batches
         elif self._may_retire(rates):
-            self._hurry = False
             self._quiet_windows += 1
             if self._quiet_windows >= 2:
                 self._quiet_windows = 0
                 active -= 1
                 reason = f"no wait, {rates.need} of {self.active} workers suffice"
         else:
-            self._hurry = False
             self._quiet_windows = 0
         per_worker = self._within_memory(active, per_worker, bytes_per_batch)
         if (active, per_worker, read_ahead) == (self.active, self.per_worker, self.read_ahead):

@@ -36,8 +36,8 @@ class AutotuneOptions(Frozen):
             autotune adds workers (or depth, or remote read-ahead).
         headroom: spare capacity kept above the step's need (variance in task time);
             a worker retires only while twice this headroom remains.
-        window_batches: batches between two decisions once settled; while the loop waits
-            (at the start, after a change upward) it decides every half window.
+        window_batches: batches between two decisions once settled; while the loop may be
+            short (at the start, after a change upward) it decides every quarter window.
         max_prefetch_factor: most tasks in flight per worker taking tasks.
         max_read_ahead: most blocks autotune lets each remote reader keep requested ahead
             when the workers wait on remote reads (`conveyor.storage.read_ahead_window`;
