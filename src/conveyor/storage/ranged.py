@@ -121,7 +121,7 @@ class RangedReader(io.RawIOBase):
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
         learned = _learned_depth.get(self._source.host, 0)  # another reader's, since
         self.depth = max(self.depth, min(learned, self.max_depth))
-        floor = read_ahead_floor() if self._options.read_ahead else 0  # autotune's
+        floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
         self.depth, self.max_depth = max(self.depth, floor), max(self.max_depth, floor)
         width = 1 if self._narrow or self._holding else self.depth
         last = first + width - 1

@@ -188,7 +188,7 @@ class Tuner:
         return self._decided(batch, reason or "memory budget")
 
     def _more(self, rates: _Rates) -> tuple[int, int, str]:
-        """The loop waited: more workers (doubled when far behind), else deeper prefetch."""
+        """The loop waited: more workers (at the pace kept when far behind), else depth."""
         active, per_worker = self.active, self.per_worker
         most = self._most_workers(rates.cpu_share)
         waited = f"the loop waited {rates.wait_share:.0%} of its time"

@@ -31,7 +31,9 @@ class AutotuneOptions(Frozen):
             CPU share, so workers waiting on I/O cost little); None: the CPUs this process
             may use.
         memory_budget_bytes: most bytes of batches in flight (measured per batch from
-            process workers); None: no limit beyond ``max_prefetch_factor``.
+            process workers); None: no limit beyond ``max_prefetch_factor``. The remote
+            read-ahead autotune adds keeps each reader within ``memory_budget_bytes /
+            (2 * num_workers)`` (a worker reads its current object and opens the next).
         target_wait_share: the loop may wait for data this share of its time; above it,
             autotune adds workers (or depth, or remote read-ahead).
         headroom: spare capacity kept above the step's need (variance in task time);
@@ -41,7 +43,8 @@ class AutotuneOptions(Frozen):
         max_prefetch_factor: most tasks in flight per worker taking tasks.
         max_read_ahead: most blocks autotune lets each remote reader keep requested ahead
             when the workers wait on remote reads (`conveyor.storage.read_ahead_window`;
-            memory: about this many blocks per open object); 0: never raise it.
+            memory: up to this many blocks per open object, within the memory budget);
+            0: never raise it.
     """
 
     __slots__ = (

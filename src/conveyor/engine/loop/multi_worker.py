@@ -183,9 +183,12 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
             return
         last = self.clock.decisions[-1].read_ahead if self.clock.decisions else 0
         if decision.read_ahead != last:  # every started worker: a parked one may take tasks
-            pool = self._require_pool()
-            for worker_id in range(self._worker_options.num_workers):
-                pool.send(worker_id, Tuning(decision.read_ahead))
+            pool, workers = self._require_pool(), self._worker_options.num_workers
+            options = self._options.autotune
+            budget = None if options is None else options.memory_budget_bytes
+            share = None if budget is None else budget // (2 * workers)  # current + next shard
+            for worker_id in range(workers):
+                pool.send(worker_id, Tuning(decision.read_ahead, share))
         self._dealer.open = decision.active_workers
         self.clock.decisions.append(decision)
 

@@ -108,7 +108,7 @@ def run_worker(
             dataset.apply_control(message.payload)  # before the next task, as promised
             continue
         if isinstance(message, Tuning):
-            _set_read_ahead(message.read_ahead)
+            _set_read_ahead(message.read_ahead, message.max_bytes)
             tuned = True
             continue
         if isinstance(message, StartEpoch):
@@ -131,12 +131,12 @@ def run_worker(
         _set_read_ahead(0)  # the next loader of this process starts from the readers' own
 
 
-def _set_read_ahead(blocks: int) -> None:
+def _set_read_ahead(blocks: int, max_bytes: int | None = None) -> None:
     """Autotune's read-ahead for this process's remote readers. Sent only after remote
     requests were counted, so `conveyor.storage` is imported already (never for local data)."""
     from conveyor.storage.read_ahead_window import set_read_ahead_floor
 
-    set_read_ahead_floor(blocks)
+    set_read_ahead_floor(blocks, max_bytes)
 
 
 class CpuMeter:
