@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import statistics
 import sys
@@ -170,7 +171,7 @@ def _epoch(loader: DataLoader[Any], step: Callable[[int], float]) -> Result:
 def _initial(loader: DataLoader[Any]) -> int:
     """Workers taking tasks before any decision: all of them, or autotune's start (a
     stream's are all of them)."""
-    if not loader.autotune or not hasattr(loader.dataset, "__getitem__"):
+    if not loader.autotune or isinstance(loader.dataset, torch.utils.data.IterableDataset):
         return loader.num_workers
     return min(loader.num_workers, len(os.sched_getaffinity(0)))
 
@@ -240,10 +241,11 @@ def m(results: list[Result], name: str) -> float:
 def step_change(case: Case, reps: int) -> None:
     ceiling = max(case.grid)
     print(f"\nstep change ({case.name}, {case.worker_type} workers, ceiling {ceiling})")
-    print("| step | re-settled after | workers, last half after the change (max - min) |")
-    print("|---|---|---|")
+    print("| step | re-settled after | workers in the last half after the change: max - min "
+          "| reversals (up after down or down after up) |")  # fmt: skip
+    print("|---|---|---|---|")
     for before, after in ((case.step_s, 2 * case.step_s), (2 * case.step_s, case.step_s)):
-        settle, spread = [], []
+        settle, spread, reversals = [], [], []
         for _ in range(reps):
             loader = _loader(case, ceiling, True)
             half = len(loader) // 2
@@ -258,8 +260,16 @@ def step_change(case: Case, reps: int) -> None:
             end, initial = len(stamps), _initial(loader)
             tail = [_active_at(decisions, b, initial) for b in range((half + end) // 2, end)]
             spread.append(max(tail) - min(tail))
+            reversals.append(_reversals(tail))
         label = f"{before * 1e3:.0f} -> {after * 1e3:.0f} ms"
-        print(f"| {label} | {statistics.median(settle):.1f} s | {max(spread)} |", flush=True)
+        print(f"| {label} | {statistics.median(settle):.1f} s | {max(spread)} | "
+              f"{max(reversals)} |", flush=True)  # fmt: skip
+
+
+def _reversals(actives: list[int]) -> int:
+    """How often the worker count turned: up after down, or down after up."""
+    moves = [b - a for a, b in itertools.pairwise(actives) if b != a]
+    return sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
 
 
 def _active_at(decisions: Any, batch: int, initial: int) -> int:
