@@ -164,7 +164,7 @@ def _epoch(loader: DataLoader[Any], step: Callable[[int], float]) -> Result:
         settled,
         final.active_workers if final else _initial(loader),
         final.read_ahead if final else 0,
-        final.tasks_in_flight if final else 0,
+        final.tasks_in_flight if final else _initial(loader) * (loader.prefetch_factor or 2),
     )
 
 
@@ -383,7 +383,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run only cases whose name has this")
     args = parser.parse_args()
     reps = args.reps or (2 if args.quick else 3)
-    batches = 200 if args.quick else 400
+    batches = 150 if args.quick else 400
     torch.set_num_threads(1)
     print(f"{CPUS} CPUs; load average before: {os.getloadavg()}", flush=True)
     cases = local_cases(batches, args.quick)
