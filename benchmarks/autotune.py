@@ -1,33 +1,50 @@
 """Autotune against a grid of fixed settings, under a simulated trainer.
 
 The trainer is the main thread alternating ``next(loader)`` with a step of fixed duration
-that blocks (a GPU step: no CPU). Three datasets: decode-bound (Python CPU per sample,
-process workers), I/O-latency-bound (a sleep per sample, thread workers) and IPC-bound
-(1 MB tensors per sample through process workers' shared memory). For each, every fixed
-setting of the grid and autotune run one epoch, interleaved over ``--reps`` rounds;
-medians. Reported: CPU seconds per sample (this process and its reaped workers), exposed
-data wait (time in ``next()`` over the steps' time), and for autotune when it settled.
+that blocks (a GPU step: no CPU). Datasets:
 
-Then the step-time change: an autotuned epoch whose step doubles (or halves) half way;
-reported: the seconds from the change to autotune's last decision, and how far the
-active workers moved after that (oscillation).
+- decode-bound: 1.5 ms of Python CPU per sample, process workers, batch ``2 x CPUs``;
+- I/O latency: a 5 ms sleep per sample, thread workers, batch ``2 x CPUs``;
+- IPC-bound: 1 MB tensors per sample through process workers' shared memory;
+- remote tar shards over HTTP through S7's latency proxy (tests/integration/latency_proxy.py)
+  at 25 and 100 ms round trip: `TarShards` (a stream: autotune tunes the prefetch depth
+  and the remote read-ahead, never the worker count), thread workers. Needs fsspec and
+  aiohttp (``conveyor[remote]``) and the tests' helpers; skipped without them.
 
-    python benchmarks/autotune.py --reps 3
+The grids and ceilings scale with ``os.cpu_count()``. For each dataset, every fixed
+``num_workers`` of the grid and autotune (``autotune=True``, its defaults; the grid's largest
+count as ceiling) run one epoch, interleaved over ``--reps`` rounds; medians. Reported:
+CPU seconds per sample (this process and its reaped workers), exposed data wait (time in
+``next()`` over the steps' time) over the whole epoch and after settling, and when
+autotune settled. Then the step-time change: an autotuned epoch whose step doubles (or
+halves) half way: seconds from the change to autotune's last decision, and how far the
+active workers moved in the last half after it (oscillation).
+
+    python benchmarks/autotune.py --reps 3          # this machine, a few minutes on 2 cores
+    python benchmarks/autotune.py --quick           # about 1-3 minutes on 16 cores
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import os
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from conveyor import AutotuneOptions, DataLoader
+
+HERE = Path(__file__).resolve().parent
+CPUS = os.cpu_count() or 1
 
 
 def _spin(seconds: float) -> None:
@@ -65,22 +82,39 @@ class Large(Decode):
         return torch.full((1 << 20,), i % 256, dtype=torch.uint8)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Case:
     name: str
-    make: Callable[[int], Any]
-    samples: int
+    make: Callable[[], Any]  # the dataset
     batch_size: int
     worker_type: str
     grid: tuple[int, ...]  # fixed num_workers tried; autotune's ceiling is the largest
     step_s: float
+    loader_options: dict[str, Any] = field(default_factory=dict)
+    tune_each: bool = False  # a stream keeps its workers: autotune at every ceiling
 
 
-CASES = [
-    Case("decode-bound", Decode, 1600, 4, "process", (1, 2), 0.008),
-    Case("I/O latency", Latency, 2400, 4, "thread", (1, 2, 4, 6, 8), 0.005),
-    Case("IPC-bound", Large, 1600, 4, "process", (1, 2), 0.004),
-]
+def _powers(most: int) -> tuple[int, ...]:
+    counts, count = [], 1
+    while count < most:
+        counts.append(count)
+        count *= 2
+    return (*counts, most)
+
+
+def local_cases(batches: int, quick: bool) -> list[Case]:
+    """The datasets in memory, sized to ``batches`` batches an epoch."""
+    batch = 2 * CPUS  # decode: 3 ms x CPUs of work a batch against an 8 ms step
+    decode_grid = _powers(CPUS)
+    latency_grid = tuple(k * CPUS for k in (1, 2, 3, 4))  # a batch needs about 2.4 x CPUs
+    ipc_grid = _powers(min(4, CPUS) if quick else CPUS)
+    if not quick:
+        latency_grid = (1, *latency_grid)
+    return [
+        Case("decode-bound", lambda: Decode(batches * batch), batch, "process", decode_grid, 0.008),
+        Case("I/O latency", lambda: Latency(batches * batch), batch, "thread", latency_grid, 0.005),
+        Case("IPC-bound", lambda: Large(batches * 4), 4, "process", ipc_grid, 0.004),
+    ]
 
 
 @dataclass
@@ -90,6 +124,8 @@ class Result:
     steady_wait: float  # the same after settling (autotune's last change; fixed: batch 16)
     settled_s: float  # autotune: seconds from the first batch to its last decision
     final_workers: int
+    read_ahead: int  # autotune's last read-ahead (blocks; 0: the readers' own)
+    tasks_in_flight: int
 
 
 def _cpu_s() -> float:
@@ -118,25 +154,36 @@ def _epoch(loader: DataLoader[Any], step: Callable[[int], float]) -> Result:
     cpu = _cpu_s() - cpu  # the epoch ended: its process workers were reaped
     decisions = loader.stats().decisions
     last = decisions[-1].batch if decisions else 0
-    settled = stamps[last] - stamps[0] if decisions else 0.0
-    final = decisions[-1].active_workers if decisions else loader.num_workers
-    after = max(16, last + 1)
+    settled = stamps[min(last, len(stamps) - 1)] - stamps[0] if decisions else 0.0
+    final = decisions[-1] if decisions else None
+    after = min(max(16, last + 1), len(steps) - 8)
     return Result(
         1e3 * cpu / samples,
         sum(waits[1:]) / sum(steps),
         sum(waits[after:]) / sum(steps[after:]),
         settled,
-        final,
+        final.active_workers if final else _initial(loader),
+        final.read_ahead if final else 0,
+        final.tasks_in_flight if final else _initial(loader) * (loader.prefetch_factor or 2),
     )
+
+
+def _initial(loader: DataLoader[Any]) -> int:
+    """Workers taking tasks before any decision: all of them, or autotune's start (a
+    stream's are all of them)."""
+    if not loader.autotune or isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return loader.num_workers
+    return min(loader.num_workers, len(os.sched_getaffinity(0)))
 
 
 def _loader(case: Case, workers: int, autotune: bool) -> DataLoader[Any]:
     return DataLoader(
-        case.make(case.samples),
+        case.make(),
         batch_size=case.batch_size,
         num_workers=workers,
         worker_type=case.worker_type,
-        autotune=AutotuneOptions(initial_workers=1) if autotune else False,
+        autotune=AutotuneOptions() if autotune else False,
+        **case.loader_options,
     )
 
 
@@ -148,60 +195,86 @@ def grid(case: Case, reps: int) -> None:
             runs.setdefault(f"fixed {workers}", []).append(
                 _epoch(_loader(case, workers, False), lambda _: case.step_s)
             )
-        runs.setdefault("autotune", []).append(
-            _epoch(_loader(case, ceiling, True), lambda _: case.step_s)
-        )
-    print(f"\n{case.name}: {case.worker_type} workers, step {case.step_s * 1e3:.0f} ms")
+        for workers in case.grid if case.tune_each else (ceiling,):
+            name = f"autotune {workers}" if case.tune_each else "autotune"
+            runs.setdefault(name, []).append(
+                _epoch(_loader(case, workers, True), lambda _: case.step_s)
+            )
+    print(
+        f"\n{case.name}: {case.worker_type} workers, batch {case.batch_size}, "
+        f"step {case.step_s * 1e3:.0f} ms, ceiling {ceiling}",
+        flush=True,
+    )
     print("| setting | CPU ms/sample | exposed wait | after settling | settled after | workers |")
     print("|---|---|---|---|---|---|")
-    fed = [m(r, "cpu_per_sample_ms") for r in runs.values() if m(r, "steady_wait") <= 0.02]
     for name, results in runs.items():
-        settled = f"{m(results, 'settled_s'):.1f} s" if name == "autotune" else ""
-        workers = m(results, "final_workers") if name == "autotune" else name.split()[1]
+        tuned = name.startswith("autotune")
+        settled = f"{m(results, 'settled_s'):.1f} s" if tuned else ""
+        workers = f"{m(results, 'final_workers'):g}" if tuned else name.split()[1]
+        if tuned:
+            workers += f" ({m(results, 'tasks_in_flight'):g} in flight"
+            ahead = m(results, "read_ahead")
+            workers += f", read-ahead {ahead:g})" if ahead else ")"
         print(
-            f"| {name} | {m(results, 'cpu_per_sample_ms'):.2f} | "
+            f"| {name} | {m(results, 'cpu_per_sample_ms'):.3f} | "
             f"{m(results, 'exposed_wait'):.1%} | {m(results, 'steady_wait'):.1%} | {settled} | "
             f"{workers} |"
         )
-    if fed:
-        best = min(fed)
-        tuned = m(runs["autotune"], "cpu_per_sample_ms")
-        print(
-            f"autotune CPU/sample over the best fixed setting with <= 2 % wait: {tuned / best:.2f}x"
-        )
+    fed = [
+        m(r, "cpu_per_sample_ms")
+        for n, r in runs.items()
+        if n.startswith("fixed") and m(r, "steady_wait") <= 0.02
+    ]
+    if not fed:
+        print("no fixed setting kept the wait at or under 2 %", flush=True)
+    for name, results in runs.items():
+        if fed and name.startswith("autotune"):
+            ratio = m(results, "cpu_per_sample_ms") / min(fed)
+            print(f"{name} CPU/sample over the best fixed setting with <= 2 % wait: "
+                  f"{ratio:.2f}x", flush=True)  # fmt: skip
 
 
 def m(results: list[Result], name: str) -> float:
     return statistics.median(getattr(r, name) for r in results)
 
 
-def step_change(reps: int) -> None:
-    case = CASES[1]
-    half = case.samples // case.batch_size // 2
-    print("\nstep change (I/O latency, thread workers, ceiling 8)")
-    print("| step | re-settled after | workers, last half after the change (max - min) |")
-    print("|---|---|---|")
-    for before, after in ((0.005, 0.010), (0.010, 0.005)):
-        settle, spread = [], []
+def step_change(case: Case, reps: int) -> None:
+    ceiling = max(case.grid)
+    print(f"\nstep change ({case.name}, {case.worker_type} workers, ceiling {ceiling})")
+    print("| step | re-settled after | workers in the last half after the change: max - min "
+          "| reversals (up after down or down after up) |")  # fmt: skip
+    print("|---|---|---|---|")
+    for before, after in ((case.step_s, 2 * case.step_s), (2 * case.step_s, case.step_s)):
+        settle, spread, reversals = [], [], []
         for _ in range(reps):
-            loader = _loader(case, max(case.grid), True)
+            loader = _loader(case, ceiling, True)
+            half = len(loader) // 2
             stamps: list[float] = []
             for index, _batch in enumerate(loader):
                 stamps.append(time.perf_counter())
                 time.sleep(before if index < half else after)
             decisions = loader.stats().decisions
             later = [d for d in decisions if d.batch >= half]
-            settle.append(stamps[later[-1].batch] - stamps[half] if later else 0.0)
-            end = len(stamps)
-            tail = [_active_at(decisions, b) for b in range((half + end) // 2, end)]
+            settle.append(stamps[min(later[-1].batch, len(stamps) - 1)] - stamps[half]
+                          if later else 0.0)  # fmt: skip
+            end, initial = len(stamps), _initial(loader)
+            tail = [_active_at(decisions, b, initial) for b in range((half + end) // 2, end)]
             spread.append(max(tail) - min(tail))
+            reversals.append(_reversals(tail))
         label = f"{before * 1e3:.0f} -> {after * 1e3:.0f} ms"
-        print(f"| {label} | {statistics.median(settle):.1f} s | {max(spread)} |")
+        print(f"| {label} | {statistics.median(settle):.1f} s | {max(spread)} | "
+              f"{max(reversals)} |", flush=True)  # fmt: skip
 
 
-def _active_at(decisions: Any, batch: int) -> int:
+def _reversals(actives: list[int]) -> int:
+    """How often the worker count turned: up after down, or down after up."""
+    moves = [b - a for a, b in itertools.pairwise(actives) if b != a]
+    return sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
+
+
+def _active_at(decisions: Any, batch: int, initial: int) -> int:
     """Workers taking tasks when ``batch`` was delivered."""
-    active = 1  # initial_workers
+    active = initial
     for decision in decisions:
         if decision.batch > batch:
             break
@@ -209,15 +282,123 @@ def _active_at(decisions: Any, batch: int) -> int:
     return active
 
 
+# ------------------------------------------------------------------ remote (S7's proxy)
+
+REMOTE_SAMPLE_BYTES = 16 << 10
+REMOTE_BLOCK_BYTES = 256 << 10
+
+
+class _NoRemote(Exception):
+    """What the remote cases need is missing here."""
+
+
+@contextlib.contextmanager
+def _http_shards(root: Path, shards: int, per_shard: int) -> Iterator[str]:
+    """Tar shards of random bytes served over HTTP (Range) from ``root`` by a child process
+    (its CPU is not the loader's); yields its ``host:port``."""
+    import json
+    import subprocess
+
+    from conveyor.formats import ShardWriter
+
+    payload = os.urandom(REMOTE_SAMPLE_BYTES)
+    with ShardWriter(str(root / "part-%04d.tar"), max_count=per_shard) as writer:
+        for i in range(shards * per_shard):
+            writer.write({"__key__": f"{i:07d}", "bin": payload, "cls": i})
+    command = [sys.executable, __file__, "--serve", str(root)]
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        line = server.stdout.readline()
+        if not line:
+            raise _NoRemote("the HTTP server did not start (tests/integration/remote_servers.py)")
+        yield f"127.0.0.1:{json.loads(line)['port']}"
+    finally:
+        server.stdin.close()  # it stops when its standard input closes
+        server.wait(timeout=10)
+        server.stdout.close()
+
+
+def serve(root: str) -> None:
+    """``--serve DIR``: the tests' Range-capable HTTP server on DIR until stdin closes."""
+    import functools
+    import json
+    import threading
+
+    sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+    from remote_servers import QuietServer, RangeHandler
+
+    handler = type("Handler", (RangeHandler,), {"log": []})
+    server = QuietServer(("127.0.0.1", 0), functools.partial(handler, directory=root))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(json.dumps({"port": server.server_address[1]}), flush=True)
+    sys.stdin.read()
+    server.shutdown()
+    server.server_close()
+
+
+def remote_cases(batches: int, quick: bool) -> Iterator[Case]:
+    """TarShards over HTTP through the latency proxy at 25 and 100 ms; raises `_NoRemote`."""
+    for module in ("fsspec", "aiohttp", "pytest"):  # pytest: the tests' server module
+        try:
+            __import__(module)
+        except ImportError:
+            raise _NoRemote(f"{module} is not installed (pip install conveyor[remote])") from None
+    sys.path.insert(0, str(HERE.parent / "tests" / "integration"))  # S7's proxy, servers
+    from latency_proxy import LinkSettings, ProxyProcess
+
+    from conveyor.datapipes.iter import TarShards
+    from conveyor.storage import release_connections
+
+    batch, per_shard = 32, 256  # 4 MiB shards of 16 KiB samples, 256 KiB blocks
+    shards = max(2 * CPUS, -(-batches * batch // per_shard))
+    grid = (1, 2, 4) if quick else (1, 2, 4, 8)
+    with tempfile.TemporaryDirectory() as root, _http_shards(Path(root), shards, per_shard) as up:
+        for rtt in (0.025, 0.1):
+            with ProxyProcess(up, LinkSettings(rtt=rtt)) as proxy:
+                urls = [f"{proxy.endpoint}/part-{i:04d}.tar" for i in range(shards)]
+
+                def make(urls: list[str] = urls) -> Any:
+                    return TarShards(urls, decode=None, block_size=REMOTE_BLOCK_BYTES)
+
+                name = f"remote tar shards, HTTP at {rtt * 1e3:.0f} ms"
+                options = {"collate_fn": _count}
+                yield Case(name, make, batch, "thread", grid, 0.010, options, tune_each=True)
+                release_connections()
+
+
+def _count(samples: list[dict[str, Any]]) -> list[int]:
+    """Collate to a list as long as the batch (the trainer counts samples)."""
+    return [len(sample["bin"]) for sample in samples]
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+        return
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=None, help="rounds (default 3; quick 2)")
+    parser.add_argument("--quick", action="store_true", help="smaller epochs and grids")
+    parser.add_argument("--no-remote", action="store_true", help="skip the HTTP cases")
+    parser.add_argument("--only", default="", help="run only cases whose name has this")
     args = parser.parse_args()
+    reps = args.reps or (2 if args.quick else 3)
+    batches = 150 if args.quick else 400
     torch.set_num_threads(1)
-    print(f"load average before: {os.getloadavg()}")
-    for case in CASES:
-        grid(case, args.reps)
-    step_change(args.reps)
+    print(f"{CPUS} CPUs; load average before: {os.getloadavg()}", flush=True)
+    cases = local_cases(batches, args.quick)
+    for case in cases:
+        if args.only in case.name:
+            grid(case, reps)
+    if args.only in "step change":
+        step_change(cases[1], reps)
+    if not args.no_remote:
+        try:
+            for case in remote_cases(batches, args.quick):
+                if args.only in case.name:
+                    grid(case, reps)
+        except _NoRemote as missing:
+            print(f"\nremote cases skipped: {missing}")
     print(f"\nload average after: {os.getloadavg()}")
 
 

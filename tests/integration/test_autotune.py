@@ -125,3 +125,39 @@ def test_persistent_workers_keep_the_tuner_across_epochs_and_the_batches() -> No
         assert _train(tuned, 0.001) == _train(fixed, 0.0)
         if epoch == 0:
             assert tuned.stats().decisions  # the second epoch starts from what it chose
+
+
+def test_it_decides_from_the_first_batches_not_after_full_windows() -> None:
+    """One worker, 20 ms items, a 4 ms step: the loop waits from the start, so the first
+    change comes within a few batches and takes the workers to the pace needed at once."""
+    loader = DataLoader(
+        Latency(48, 0.02),
+        batch_size=1,
+        num_workers=6,
+        worker_type="thread",
+        autotune=AutotuneOptions(initial_workers=1),  # window_batches: the default 8
+    )
+    _train(loader, 0.004)
+    first = loader.stats().decisions[0]
+    assert first.batch <= 4 and first.active_workers >= 4, first
+
+
+def test_after_the_step_halves_it_adds_workers_and_then_holds_within_one() -> None:
+    """10 ms items; the step goes from 6 ms to 3 ms half way: more workers are needed."""
+    loader = DataLoader(
+        Latency(240, 0.01),
+        batch_size=1,
+        num_workers=8,
+        worker_type="thread",
+        autotune=AutotuneOptions(initial_workers=2),
+    )
+    for index, _batch in enumerate(loader):
+        time.sleep(0.006 if index < 120 else 0.003)
+    decisions = loader.stats().decisions
+    before = [d.active_workers for d in decisions if d.batch < 120] or [2]
+    later = [d for d in decisions if d.batch >= 120]
+    assert later and later[-1].active_workers > before[-1]
+    # the workers taking tasks over the last quarter: no oscillation beyond one worker
+    at_tail = [d.active_workers for d in decisions if d.batch < 180][-1:]
+    tail = at_tail + [d.active_workers for d in decisions if d.batch >= 180]
+    assert max(tail) - min(tail) <= 1, decisions

@@ -48,6 +48,7 @@ class Decision:
     active_workers: int
     tasks_in_flight: int  # the prefetch depth: tasks dispatched and not yet delivered
     reason: str
+    read_ahead: int = 0  # blocks each remote reader keeps requested ahead; 0: its own
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from conveyor.storage.answers import Answer, RangeSource
 from conveyor.storage.block_fetch import Block, BlockJob, fetch_block
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
+from conveyor.storage.read_ahead_window import read_ahead_floor
 from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError
 
@@ -120,6 +121,8 @@ class RangedReader(io.RawIOBase):
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
         learned = _learned_depth.get(self._source.host, 0)  # another reader's, since
         self.depth = max(self.depth, min(learned, self.max_depth))
+        floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
+        self.depth, self.max_depth = max(self.depth, floor), max(self.max_depth, floor)
         width = 1 if self._narrow or self._holding else self.depth
         last = first + width - 1
         size = self._facts.size

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from conveyor import AutotuneOptions
-from conveyor.engine.loop.autotune import Tuner, autotune_options
+from conveyor.engine.loop.autotune import Tuner, autotune_options, available_cpus
 from conveyor.engine.loop.in_flight import RoundRobin
 from conveyor.stats.counters import StepClock
+from conveyor.stats.requests import RequestCounts
 
 
 def _window(
+    tuner: Tuner,
     clock: StepClock,
     batches: int,
     wait_s: float,
@@ -18,54 +22,80 @@ def _window(
     busy_s: float,
     cpu: float = 1.0,
     ready: bool = False,
+    requests: int = 0,
 ) -> None:
-    """``batches`` more batches: each waited ``wait_s`` and computed ``step_s``; each task
-    kept a worker busy ``busy_s`` (``cpu`` of it on a CPU); ``ready``: already there."""
+    """``batches`` more batches, each observed: each waited ``wait_s`` and computed
+    ``step_s``; each task kept a worker busy ``busy_s`` (``cpu`` of it on a CPU) and made
+    ``requests`` remote requests; ``ready``: already there."""
     for _ in range(batches):
         clock.queue_seen(ready, 1)
         clock.batches += 1
         clock.wait_s += wait_s
+        clock.ready_wait_s += wait_s if ready else 0.0
         clock.compute_s += step_s
         clock.worker_did(0, busy_s, busy_s * cpu)
+        clock.requests = RequestCounts(clock.requests.requests + requests)
+        tuner.observe(clock)
 
 
 def _run(tuner: Tuner, clock: StepClock, windows: int, **window: float) -> list[int]:
+    """``windows`` times ``window_batches`` batches; the active workers after each."""
     actives = []
     for _ in range(windows):
-        _window(clock, tuner.options.window_batches, **window)  # type: ignore[arg-type]
-        tuner.observe(clock)
+        _window(tuner, clock, tuner.options.window_batches, **window)  # type: ignore[arg-type]
         actives.append(tuner.active)
     return actives
 
 
-def test_the_loop_waits_so_it_adds_the_workers_the_step_needs_at_once() -> None:
+def test_the_loop_waits_so_it_adds_the_workers_the_step_needs_from_the_first_batches() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=16), 8, 2, True)
     clock = StepClock()
-    # 40 ms of work per batch, a 10 ms step: 40 * 1.2 / 10 -> 5 workers
-    actives = _run(tuner, clock, 2, wait_s=0.03, step_s=0.01, busy_s=0.04)
-    assert actives == [1, 5]  # the first window is start-up: no decision
-    assert tuner.tasks_in_flight == 10
+    # 40 ms of work per batch, a 10 ms step: 40 * 1.2 / 10 -> 5 workers, decided after the
+    # start-up batch and a quarter window (the loop may be short: it hurries)
+    _window(tuner, clock, 2, wait_s=0.03, step_s=0.01, busy_s=0.04)
+    assert tuner.active == 1
+    _window(tuner, clock, 1, wait_s=0.03, step_s=0.01, busy_s=0.04)
+    assert tuner.active == 5 and tuner.tasks_in_flight == 10
     # fed, the loop no longer waits: 5 workers stay (4 would not keep up)
     assert _run(tuner, clock, 4, wait_s=0.0, step_s=0.01, busy_s=0.04) == [5, 5, 5, 5]
+
+
+def test_far_behind_it_scales_the_workers_by_the_pace_they_kept() -> None:
+    """The model knows nothing yet (no busy time reported): 1 worker made the loop wait
+    three steps per step, so 4 keep pace."""
+    tuner = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=16), 8, 2, True)
+    _window(tuner, StepClock(), 5, wait_s=0.03, step_s=0.01, busy_s=0.0)
+    assert tuner.active == 4
+
+
+def test_a_change_is_judged_on_batches_dispatched_after_it() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=2, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    _window(tuner, clock, 3, wait_s=0.002, step_s=0.01, busy_s=0.02)  # 2 need 3: +1
+    assert tuner.active == 3
+    # the 4 tasks in flight at the change arrive at the old pace: not a reason to add more
+    _window(tuner, clock, 4, wait_s=0.002, step_s=0.01, busy_s=0.02)
+    assert tuner.active == 3
 
 
 def test_no_wait_retires_one_worker_per_two_quiet_windows_down_to_min() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=4, min_workers=2), 4, 2, True)
     clock = StepClock()
     actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.05, busy_s=0.001)
-    # start-up, quiet, retire; the change settling, quiet, retire; settling; at the minimum
-    assert actives == [4, 4, 3, 3, 3, 2, 2, 2]
+    # quiet quarter windows until a full window was quiet, then two quiet windows: retire;
+    # the tasks in flight arrive, two quiet windows, retire
+    assert actives == [4, 4, 4, 3, 3, 3, 2, 2]
 
 
 def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
     clock = StepClock()
-    _run(tuner, clock, 2, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
+    _window(tuner, clock, 5, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
     assert tuner.active == 6
     # quiet now, and the model says 5 suffice: 5 was seen short, so 6 stays
     assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.04) == [6] * 6
-    # the step doubles: 3 suffice, retired one at a time
-    actives = _run(tuner, clock, 9, wait_s=0.0, step_s=0.02, busy_s=0.04)
+    # the step doubles: 3 suffice (with twice the headroom), retired one at a time
+    actives = _run(tuner, clock, 16, wait_s=0.0, step_s=0.02, busy_s=0.04)
     assert actives[-1] == 3 and sorted(actives, reverse=True) == actives
 
 
@@ -96,8 +126,41 @@ def test_cpu_budget_caps_cpu_bound_workers_not_waiting_ones() -> None:
     _run(cpu_bound, StepClock(), 3, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=1.0)
     assert cpu_bound.active == 2
     waiting = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=2), 8, 2, True)
-    _run(waiting, StepClock(), 2, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1)
-    assert waiting.active == 7  # ceil(0.05 * 1.2 / 0.01): I/O-bound workers cost little CPU
+    _window(waiting, StepClock(), 5, wait_s=0.05, step_s=0.01, busy_s=0.055, cpu=0.1)
+    assert waiting.active == 7  # ceil(0.055 * 1.2 / 0.01): I/O-bound workers cost little CPU
+
+
+def test_workers_waiting_on_remote_reads_get_more_read_ahead_up_to_the_cap() -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=1, max_read_ahead=16), 1, 2, True)
+    clock = StepClock()
+    _run(tuner, clock, 8, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1, requests=3)
+    assert tuner.read_ahead == 16  # 8 (the readers' own widest), then doubled, capped
+    # the same waits without remote requests (local files), or on a CPU: no read-ahead
+    local = Tuner(AutotuneOptions(initial_workers=1), 1, 2, True)
+    _run(local, StepClock(), 8, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1)
+    busy = Tuner(AutotuneOptions(initial_workers=1), 1, 2, True)
+    _run(busy, StepClock(), 8, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=1.0, requests=3)
+    off = Tuner(AutotuneOptions(initial_workers=1, max_read_ahead=0), 1, 2, True)
+    _run(off, StepClock(), 8, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1, requests=3)
+    assert local.read_ahead == busy.read_ahead == off.read_ahead == 0
+
+
+def test_a_decision_says_the_read_ahead_and_logs_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tuner = Tuner(AutotuneOptions(initial_workers=2), 2, 2, workers_tunable=False)
+    clock = StepClock()
+    with caplog.at_level(logging.INFO, logger="conveyor.autotune"):
+        _window(tuner, clock, 5, wait_s=0.05, step_s=0.01, busy_s=0.05, cpu=0.1, requests=2)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "read-ahead 8 blocks" in line and "workers wait on remote reads" in line
+    assert tuner.read_ahead == 8 and tuner.per_worker == 3
+
+
+def test_the_default_start_is_the_cpus_within_the_ceiling() -> None:
+    cpus = available_cpus()
+    assert Tuner(AutotuneOptions(), cpus + 4, 2, True).active == cpus
+    assert Tuner(AutotuneOptions(), 1, 2, True).active == 1
 
 
 def test_streams_keep_their_workers_and_tune_depth_only() -> None:
@@ -126,3 +189,14 @@ def test_round_robin_deals_only_to_open_workers() -> None:
     dealer.open = 3
     assert [dealer.next() for _ in range(3)] == [2, 0, 1]
     assert dealer.taking == 3
+
+
+def test_one_long_wait_among_ready_batches_is_the_workers_not_the_main_process_s() -> None:
+    """A stream's shard boundary: 7 batches of 8 were there when asked (no wait), the 8th
+    made the loop wait 60 ms. Most batches were ready, but the wait was not for them."""
+    tuner = Tuner(AutotuneOptions(initial_workers=2), 2, 2, workers_tunable=False)
+    clock = StepClock()
+    for _ in range(4):
+        _window(tuner, clock, 7, wait_s=0.0, step_s=0.01, busy_s=0.001, ready=True)
+        _window(tuner, clock, 1, wait_s=0.06, step_s=0.01, busy_s=0.05)
+    assert tuner.per_worker > 2

@@ -1,154 +1,88 @@
-"""Autotune: how many workers take tasks and how many tasks are in flight, while an epoch runs.
+"""Autotune: how many workers take tasks, how many tasks are in flight and how far remote
+readers read ahead, while an epoch runs.
 
-Aim: the training loop never waits for data, at the least CPU. Every ``window_batches``
-deliveries the `Tuner` reads the epoch's counters (`StepClock`): the consumer's time
-between ``next()`` calls (its step), the time it waited inside ``next()``, and the
-workers' busy time per batch. From those it computes the workers the step needs,
-``ceil(busy per batch * (1 + headroom) / step)``, and moves toward it: at once upward
-when the loop waits, one worker at a time downward after two quiet windows (no
-oscillation from one noisy window). When the loop still waits with enough workers
-(bursty tasks), each worker gets one more task in flight, up to ``max_prefetch_factor``
-and the memory budget.
+Aim: the training loop never waits for data, at the least CPU. The `Tuner` reads the
+epoch's counters (`StepClock`) over windows of batches: the consumer's time between
+``next()`` calls (its step), the time it waited inside ``next()``, and the workers' busy
+time (and CPU time) per batch. From those it computes the workers the step needs,
+``ceil(busy per batch * (1 + headroom) / step)``.
+
+- Up fast: while the loop waits it decides every quarter window. Far behind (waiting more
+  than four times the target share) it scales the workers by the pace they kept
+  (``active * (step + wait) / step``: one window from 1 to the count needed), else it
+  takes them to the need, or (enough workers: bursty tasks) gives each one more task in
+  flight. When the
+  workers spend their busy time off the CPU while remote requests run, it also raises the
+  remote readers' read-ahead (`Tuning`, `conveyor.storage.read_ahead_window`).
+- Down slowly: one worker after two quiet full windows, only while twice the headroom
+  remains, and never to a count at which the loop was seen waiting until the step time
+  moves by a quarter (no oscillation).
+- A change is judged only on batches dispatched after it: the tasks already in flight
+  are delivered first (in order), so the next window starts after them.
 
 The tuner decides numbers only; the iterator deals tasks to the first ``active`` workers
 (the others stay started, idle, holding their memory, using no CPU). Which worker fetches
 a sample does not change which samples arrive or their order (in-order delivery follows
 dispatch order), so only map-style data without its own state lets the worker count
-change; other data keeps its workers and tunes the prefetch depth only.
+change; other data keeps its workers and tunes the depth and read-ahead only.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import TYPE_CHECKING
 
-from conveyor.engine.workers.frozen import Frozen
+from conveyor.engine.loop.autotune_options import (
+    AutotuneOptions,
+    autotune_options,
+    available_cpus,
+)
 
 if TYPE_CHECKING:
     from conveyor.stats.counters import StepClock
     from conveyor.stats.report import Decision
 
-__all__ = ["AutotuneOptions", "Tuner", "available_cpus"]
+__all__ = ["AutotuneOptions", "Tuner", "autotune_options", "available_cpus"]
 
 log = logging.getLogger("conveyor.autotune")
 
-
-def available_cpus() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-class AutotuneOptions(Frozen):
-    """``DataLoader(..., autotune=AutotuneOptions(...))``; ``autotune=True`` takes these
-    defaults. ``num_workers`` is the ceiling: that many workers start, autotune chooses how
-    many of them take tasks.
-
-    Args:
-        min_workers: never fewer workers taking tasks.
-        initial_workers: workers taking tasks when an epoch starts; None: half the
-            ceiling, rounded up.
-        cpu_budget: CPUs the workers may keep busy at once (a worker counts by its measured
-            CPU share, so workers waiting on I/O cost little); None: the CPUs this process
-            may use.
-        memory_budget_bytes: most bytes of batches in flight (measured per batch from
-            process workers); None: no limit beyond ``max_prefetch_factor``.
-        target_wait_share: the loop may wait for data this share of its time; above it,
-            autotune adds workers (or depth).
-        headroom: spare capacity kept above the step's need (variance in task time).
-        window_batches: batches between two decisions.
-        max_prefetch_factor: most tasks in flight per worker taking tasks.
-    """
-
-    __slots__ = (
-        "cpu_budget",
-        "headroom",
-        "initial_workers",
-        "max_prefetch_factor",
-        "memory_budget_bytes",
-        "min_workers",
-        "target_wait_share",
-        "window_batches",
-    )
-    min_workers: int
-    initial_workers: int | None
-    cpu_budget: float | None
-    memory_budget_bytes: int | None
-    target_wait_share: float
-    headroom: float
-    window_batches: int
-    max_prefetch_factor: int
-
-    def __init__(
-        self,
-        *,
-        min_workers: int = 1,
-        initial_workers: int | None = None,
-        cpu_budget: float | None = None,
-        memory_budget_bytes: int | None = None,
-        target_wait_share: float = 0.02,
-        headroom: float = 0.2,
-        window_batches: int = 8,
-        max_prefetch_factor: int = 8,
-    ) -> None:
-        if min_workers < 1 or (initial_workers is not None and initial_workers < 1):
-            raise ValueError(
-                "autotune min_workers and initial_workers should be >= 1, got "
-                f"{min_workers} and {initial_workers}"
-            )
-        if cpu_budget is not None and cpu_budget <= 0:
-            raise ValueError(f"autotune cpu_budget should be > 0 CPUs, got {cpu_budget}")
-        if memory_budget_bytes is not None and memory_budget_bytes <= 0:
-            raise ValueError(
-                f"autotune memory_budget_bytes should be > 0, got {memory_budget_bytes}"
-            )
-        if not 0 < target_wait_share < 1:
-            raise ValueError(
-                f"autotune target_wait_share should be in (0, 1), got {target_wait_share}"
-            )
-        if window_batches < 1 or max_prefetch_factor < 1 or headroom < 0:
-            raise ValueError(
-                "autotune window_batches and max_prefetch_factor should be >= 1 and headroom "
-                f">= 0, got {window_batches}, {max_prefetch_factor}, {headroom}"
-            )
-        self._set(locals())
-
-
-def autotune_options(value: bool | AutotuneOptions | None) -> AutotuneOptions | None:
-    """``autotune=`` as given to the DataLoader: False/None off, True the defaults."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return AutotuneOptions()
-    if isinstance(value, AutotuneOptions):
-        return value
-    raise ValueError(
-        f"autotune should be a bool or conveyor.AutotuneOptions, got {type(value).__name__}"
-    )
+FIRST_READ_AHEAD = 8
+"""Blocks of the first raise: the widest window a reader reaches by itself by default
+(``RemoteOptions.read_ahead_max``), so the raise is felt from every fresh reader on."""
+_FAR_BEHIND = 4  # waiting this many times the target share: scale the workers by pace
+_OFF_CPU = 0.5  # workers busy less than this share on a CPU wait on something (I/O)
 
 
 class _Window:
     """Cumulative counters at the start of the current window."""
 
-    __slots__ = ("batches", "busy_s", "compute_s", "cpu_s", "ready", "wait_s", "worker_batches")
+    __slots__ = (
+        "batches",
+        "busy_s",
+        "compute_s",
+        "cpu_s",
+        "ready_wait_s",
+        "requests",
+        "wait_s",
+        "worker_batches",
+    )
 
     def __init__(self, clock: StepClock | None = None) -> None:
         if clock is None:
-            self.batches = self.ready = self.worker_batches = 0
-            self.wait_s = self.compute_s = self.busy_s = self.cpu_s = 0.0
+            self.batches = self.worker_batches = self.requests = 0
+            self.wait_s = self.compute_s = self.busy_s = self.cpu_s = self.ready_wait_s = 0.0
             return
-        self.batches, self.ready = clock.batches, clock.ready_batches
+        self.batches, self.ready_wait_s = clock.batches, clock.ready_wait_s
         self.wait_s, self.compute_s = clock.wait_s, clock.compute_s
         self.busy_s, self.cpu_s, self.worker_batches = clock.worker_totals()
+        self.requests = clock.requests.requests
 
 
 class _Rates:
     """One window's rates: the loop's wait share and step, the workers' busy time and CPU
-    share per task, batches ready when asked, and the workers the step needs."""
+    share per task, how much of the wait was for batches already there (the main process's
+    own: receiving them), remote requests, the workers the step needs."""
 
     def __init__(self, before: _Window, now: _Window, headroom: float) -> None:
         batches = max(1, now.batches - before.batches)
@@ -158,18 +92,21 @@ class _Rates:
         self.busy = busy_s / tasks if tasks else 0.0
         self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s) if busy_s > 0 else 1.0
         self.wait_share = wait / (wait + step) if wait + step > 0 else 0.0
-        self.ready_share = (now.ready - before.ready) / batches
+        ready_wait = now.ready_wait_s - before.ready_wait_s
+        self.ready_wait_share = ready_wait / wait if wait > 0 else 0.0
         self.step = step / batches
-        self.need = math.ceil(self.busy * (1 + headroom) / max(self.step, 1e-6))
+        self.batches = batches
+        self.remote = now.requests > before.requests
+        self.headroom = headroom
+        self.need = self.workers_for(headroom)
+
+    def workers_for(self, headroom: float) -> int:
+        return math.ceil(self.busy * (1 + headroom) / max(self.step, 1e-6))
 
 
 class Tuner:
     """The controller of one iterator (all its epochs). Pure: reads a `StepClock`, returns
-    numbers; the iterator applies them.
-
-    Against oscillation: the window after a change is skipped (it measures the change
-    taking effect), and a worker count at which the loop waited is not retired to again
-    until the step time moves by a quarter."""
+    numbers; the iterator applies them."""
 
     def __init__(
         self, options: AutotuneOptions, ceiling: int, prefetch_factor: int, workers_tunable: bool
@@ -177,55 +114,65 @@ class Tuner:
         self.options = options
         self.ceiling = ceiling
         self.workers_tunable = workers_tunable
-        initial = options.initial_workers or math.ceil(ceiling / 2)
+        initial = options.initial_workers or available_cpus()
         floor = min(options.min_workers, ceiling)
         self.active = max(floor, min(initial, ceiling)) if workers_tunable else ceiling
         self.per_worker = max(1, prefetch_factor)
+        self.read_ahead = 0  # remote readers' own window until the workers wait on them
         self._quiet_windows = 0
-        self._settling = False
+        self._hurry = True  # the loop may be short: decide every quarter window
+        self._quiet_batches = 0  # while hurrying: batches in a row without waiting
         self._too_few = 0  # the most workers at which the loop was seen waiting
         self._too_few_step = 0.0  # the step time then
-        self._window = _Window()
+        self._window: _Window | None = None
+        self._judged_from = 0  # batches before this were dispatched before the last change
 
     @property
     def tasks_in_flight(self) -> int:
         return self.active * self.per_worker
 
     def new_epoch(self) -> None:
-        self._window = _Window()
+        self._window = None
+        self._judged_from = 0
         self._quiet_windows = 0
-        self._settling = False
 
     def observe(self, clock: StepClock) -> Decision | None:
-        """Called once per delivered batch; every ``window_batches`` it may decide."""
-        if clock.batches - self._window.batches < self.options.window_batches:
+        """Called once per delivered batch; at the end of a window it may decide."""
+        if clock.batches < self._judged_from:
+            return None  # tasks dispatched before the last change are still arriving
+        if self._window is None:  # the first batch (start-up), or the first after a change
+            self._window = _Window(clock)
+            return None
+        length = self.options.window_batches
+        if self._hurry:
+            length = max(2, length // 4)
+        if clock.batches - self._window.batches < length:
             return None
         before, self._window = self._window, _Window(clock)
-        if before.batches == 0 or self._settling:
-            self._settling = False  # start-up, or the last change taking effect
-            return None
         rates = _Rates(before, self._window, self.options.headroom)
+        in_flight = self.tasks_in_flight
         decision = self._decide(rates, clock.bytes_moved / max(1, clock.batches), clock.batches)
-        self._settling = decision is not None
+        if decision is not None:
+            self._window, self._judged_from = None, clock.batches + in_flight
         return decision
 
     def _decide(self, rates: _Rates, bytes_per_batch: float, batch: int) -> Decision | None:
         if self._too_few and abs(rates.step - self._too_few_step) > 0.25 * self._too_few_step:
             self._too_few = 0  # the step changed: what was too few may not be now
-        active, per_worker, reason = self.active, self.per_worker, ""
+        active, per_worker, read_ahead, reason = self.active, self.per_worker, self.read_ahead, ""
         if rates.wait_share > self.options.target_wait_share:
             self._quiet_windows = 0
-            if rates.ready_share >= 0.8:
+            if rates.ready_wait_share >= 0.5:
                 return None  # batches were there: the main process's wait, not the workers'
+            self._hurry, self._quiet_batches = True, 0
             self._too_few, self._too_few_step = max(self._too_few, active), rates.step
-            most = self._most_workers(rates.cpu_share)
-            waited = f"the loop waited {rates.wait_share:.0%} of its time"
-            if self.workers_tunable and active < most:
-                active = min(max(active + 1, rates.need), most)
-                reason = f"{waited}; {rates.need} workers needed"
-            elif per_worker < self.options.max_prefetch_factor:
-                per_worker += 1
-                reason = f"{waited} with enough workers: deeper prefetch"
+            active, per_worker, reason = self._more(rates)
+            read_ahead, reason = self._more_read_ahead(rates, reason)
+        elif self._hurry:
+            # a short window without waiting may be the start's prefetched batches: hurry
+            # on until a full window of them was quiet
+            self._quiet_batches += rates.batches
+            self._hurry = self._quiet_batches < self.options.window_batches
         elif self._may_retire(rates):
             self._quiet_windows += 1
             if self._quiet_windows >= 2:
@@ -235,24 +182,53 @@ class Tuner:
         else:
             self._quiet_windows = 0
         per_worker = self._within_memory(active, per_worker, bytes_per_batch)
-        if (active, per_worker) == (self.active, self.per_worker):
+        if (active, per_worker, read_ahead) == (self.active, self.per_worker, self.read_ahead):
             return None
-        self.active, self.per_worker = active, per_worker
+        self.active, self.per_worker, self.read_ahead = active, per_worker, read_ahead
         return self._decided(batch, reason or "memory budget")
+
+    def _more(self, rates: _Rates) -> tuple[int, int, str]:
+        """The loop waited: more workers (at the pace kept when far behind), else depth."""
+        active, per_worker = self.active, self.per_worker
+        most = self._most_workers(rates.cpu_share)
+        waited = f"the loop waited {rates.wait_share:.0%} of its time"
+        far_behind = rates.wait_share > _FAR_BEHIND * self.options.target_wait_share
+        if self.workers_tunable and active < most and (far_behind or rates.need > active):
+            # the workers delivered a batch per (step + wait): the rate scales with them
+            pace = math.ceil(active / max(1.0 - rates.wait_share, 0.05) - 1e-9)
+            grown = max(active + 1, pace, rates.need)
+            return min(most, grown), per_worker, f"{waited}; {grown} workers keep pace"
+        if per_worker < self.options.max_prefetch_factor:
+            return active, per_worker + 1, f"{waited} with enough workers: deeper prefetch"
+        if self.workers_tunable and active < most:
+            return active + 1, per_worker, f"{waited} at the deepest prefetch"
+        return active, per_worker, ""
+
+    def _more_read_ahead(self, rates: _Rates, reason: str) -> tuple[int, str]:
+        """Workers busy off the CPU while remote requests ran wait on the object store:
+        each remote reader keeps more blocks requested ahead (doubled, up to the cap)."""
+        cap = self.options.max_read_ahead
+        if not rates.remote or rates.cpu_share >= _OFF_CPU or self.read_ahead >= cap:
+            return self.read_ahead, reason
+        read_ahead = min(cap, max(FIRST_READ_AHEAD, 2 * self.read_ahead))
+        said = f"workers wait on remote reads: read-ahead {read_ahead} blocks"
+        return read_ahead, f"{reason}; {said}" if reason else said
 
     def _may_retire(self, rates: _Rates) -> bool:
         floor = max(self.options.min_workers, self._too_few + 1)
-        return self.workers_tunable and rates.need < self.active and self.active > floor
+        enough = rates.workers_for(2 * rates.headroom) < self.active
+        return self.workers_tunable and enough and self.active > floor
 
     def _decided(self, batch: int, reason: str) -> Decision:
         from conveyor.stats.report import Decision  # loaded with the first change (S4)
 
-        decision = Decision(batch, self.active, self.tasks_in_flight, reason)
+        decision = Decision(batch, self.active, self.tasks_in_flight, reason, self.read_ahead)
         log.info(
-            "autotune: %d of %d workers, %d tasks in flight (%s)",
+            "autotune: %d of %d workers, %d tasks in flight, read-ahead %s (%s)",
             self.active,
             self.ceiling,
             decision.tasks_in_flight,
+            f"{self.read_ahead} blocks" if self.read_ahead else "the readers' own",
             reason,
         )
         return decision

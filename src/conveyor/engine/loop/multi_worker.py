@@ -22,7 +22,7 @@ from conveyor.engine.loop.reorder import EMPTY, InOrderBuffer, make_buffer
 from conveyor.engine.resume.placed import has_control
 from conveyor.engine.resume.progress import Deliveries, IndexProgress, PlacedProgress
 from conveyor.engine.workers import messages as msg
-from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task
+from conveyor.engine.workers.messages import DatasetControl, Reply, StartEpoch, Task, Tuning
 from conveyor.engine.workers.pool import WorkerDiedError, WorkerPool
 from conveyor.engine.workers.remote_error import RemoteError
 from conveyor.engine.workers.seeding import EpochSeeds
@@ -177,11 +177,26 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
         return self._worker_options.tasks_in_flight if tuner is None else tuner.tasks_in_flight
 
     def _autotune(self) -> None:
-        """A batch is delivered: the tuner may change the workers taking tasks or the depth."""
+        """A batch is delivered: the tuner may change the workers taking tasks, the depth or
+        the remote read-ahead."""
         decision = self._tuner.observe(self.clock) if self._tuner is not None else None
-        if decision is not None:
-            self._dealer.open = decision.active_workers
-            self.clock.decisions.append(decision)
+        if decision is None:
+            return
+        last = self.clock.decisions[-1].read_ahead if self.clock.decisions else 0
+        if decision.read_ahead != last:
+            self._send_read_ahead(decision.read_ahead)
+        self._dealer.open = decision.active_workers
+        self.clock.decisions.append(decision)
+
+    def _send_read_ahead(self, blocks: int) -> None:
+        """To every started worker (a parked one may take tasks later), with each reader's
+        share of the memory budget: a worker reads its current object and opens the next."""
+        pool, workers = self._require_pool(), self._worker_options.num_workers
+        options = self._options.autotune
+        budget = None if options is None else options.memory_budget_bytes
+        share = None if budget is None else budget // (2 * workers)
+        for worker_id in range(workers):
+            pool.send(worker_id, Tuning(blocks, share))
 
     def _dispatch_one(self) -> bool:
         if self._sampler_done:

@@ -32,6 +32,7 @@ __all__ = [
     "Skips",
     "StartEpoch",
     "Task",
+    "Tuning",
     "reply_from_wire",
     "reply_to_wire",
     "task_from_wire",
@@ -63,8 +64,16 @@ class DatasetControl(NamedTuple):
     payload: Any
 
 
+class Tuning(NamedTuple):
+    """Autotune's settings for the worker's process (`conveyor.engine.loop.autotune`):
+    the read-ahead window of its remote readers, from their next request on; no answer."""
+
+    read_ahead: int  # blocks (`conveyor.storage.read_ahead_window`); 0: the readers' own
+    max_bytes: int | None = None  # the most each reader holds ahead for it; None: no limit
+
+
 # What a worker's inbox carries (None: stop)
-WorkerMessage = Task | StartEpoch | DatasetControl
+WorkerMessage = Task | StartEpoch | DatasetControl | Tuning
 
 # Reply.status values
 OK = 0  # payload: the fetched (collated) data

@@ -35,7 +35,7 @@ from conveyor.engine.workers.worker_loop import run_worker
 
 __all__ = ["RayPool", "WorkerActor"]
 
-Message = WorkerMessage  # Task, StartEpoch or DatasetControl (no reply)
+Message = WorkerMessage  # Task, StartEpoch, DatasetControl or Tuning (no reply)
 _WAIT_SLICE_S = 0.25  # longest wait in Ray's code before Python code runs again
 _IDLE = "idle"  # the loop asks for its next message
 _EXITED = "exited"  # the loop returned (its set-up failed, or it was told to stop)

@@ -21,6 +21,7 @@ from conveyor.engine.workers.messages import (
     Reply,
     StartEpoch,
     Task,
+    Tuning,
     WorkerMessage,
 )
 from conveyor.engine.workers.remote_error import RemoteError
@@ -101,9 +102,14 @@ def run_worker(
     cadence = StateCadence(setup.state_at_end, setup.state_every)
     timers = _Timers(setup, dataset)
     cpu = CpuMeter()
+    tuned = False  # autotune set this process's read-ahead (thread workers: the loader's)
     while (message := receive()) is not None:
         if isinstance(message, DatasetControl):
             dataset.apply_control(message.payload)  # before the next task, as promised
+            continue
+        if isinstance(message, Tuning):
+            _set_read_ahead(message.read_ahead, message.max_bytes)
+            tuned = True
             continue
         if isinstance(message, StartEpoch):
             if setup.prepare_graph is not None:
@@ -121,6 +127,16 @@ def run_worker(
         reply = _answer(message, fetcher, cadence, timers, where, cpu)
         ended = reply.status == msg.END
         send(reply)
+    if tuned:
+        _set_read_ahead(0)  # the next loader of this process starts from the readers' own
+
+
+def _set_read_ahead(blocks: int, max_bytes: int | None = None) -> None:
+    """Autotune's read-ahead for this process's remote readers. Sent only after remote
+    requests were counted, so `conveyor.storage` is imported already (never for local data)."""
+    from conveyor.storage.read_ahead_window import set_read_ahead_floor
+
+    set_read_ahead_floor(blocks, max_bytes)
 
 
 class CpuMeter:
