@@ -9,16 +9,19 @@ transfer overlaps the parsing of the bytes before it.
 Why a window: asking for the next bytes only when the reader runs out of them costs a
 round trip at every block during which the link carries nothing, and one TCP stream
 moves at most its window per round trip; over a 100 ms link that cut an I/O-bound reader
-to a third (S7 in docs/benchmarks.md). The window starts at ``RemoteOptions.read_ahead``
-blocks and doubles, up to ``read_ahead_max``, each time the reader reaches a block that
-has not fully arrived (the round trip is long for the link's bandwidth); later objects of
-the same host start at the width learned. ``read_ahead=0`` reads one block at a time.
+to a third (S7 in docs/benchmarks.md). Its width, per host, is `read_window`'s: the bytes
+the reader consumes during a block's turnaround, at least ``RemoteOptions.read_ahead``
+blocks and at most ``read_ahead_max``, doubled when the reader reaches a block that has
+not fully arrived; later objects of the same host start at the width learned.
+``read_ahead=0`` reads one block at a time.
 
 Nothing is requested before the first read (or `start`), so a resumed shard seeks first
 and its first request starts at the saved offset; a seek outside the window drops it and
 anchors the blocks at the new offset (one block at a time until the reading is
-sequential again). The object's size comes with the first answer; only then are blocks
-after the first asked for, so nothing is requested past a small object's end.
+sequential again). The object's size comes with the first answer; blocks after the first
+are asked for with it only on a host known to hold objects that long
+(`HostWindow.early_blocks`), else once the size is known: nothing is requested past a
+small object's end.
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
