@@ -75,8 +75,9 @@ class RemoteOptions:
 
     hedge_budget: float = 0.05
     """Requests that hedging may add, as a share of the requests sent (0 turns it off): a
-    range whose first byte is later than the 95th percentile of its peers' is asked for a
-    second time, and the first answer wins (`conveyor.storage.hedging`)."""
+    range whose first byte is later than the ``1 - hedge_budget / 2`` percentile of its
+    peers' (97.5 for 5 %) is asked for a second time, and the first answer wins
+    (`conveyor.storage.hedging`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
