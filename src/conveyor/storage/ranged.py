@@ -21,7 +21,8 @@ anchors the blocks at the new offset (one block at a time until the reading is
 sequential again). The object's size comes with the first answer; blocks after the first
 are asked for with it only on a host known to hold objects that long
 (`HostWindow.early_blocks`), else once the size is known: nothing is requested past a
-small object's end.
+small object's end; the connections they will need are opened while the first answer is
+on its way (`warm_pool`), so that they go out without a handshake's round trip.
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
@@ -86,6 +87,7 @@ class RangedReader(io.RawIOBase):
         self._size_seen = False
         self._waited_s = 0.0  # time spent waiting for blocks (the reader's demand leaves it out)
         self._block_began: tuple[float, float] | None = None  # (clock, waited) at a block's start
+        self._warming: Future[None] | None = None  # connections for the blocks held for the size
 
     # -- blocks
 
@@ -146,6 +148,15 @@ class RangedReader(io.RawIOBase):
         for index in range(first, last + 1):
             if index not in self._blocks:
                 self._blocks[index] = self._submit(index, early=index - first < early)
+        if early:
+            self._warm(width - early)  # after the first request, which comes first
+
+    def _warm(self, connections: int) -> None:
+        """Blocks held until the size is known: open their connections meanwhile, so that
+        they go out without a handshake's round trip once the first answer comes."""
+        if connections > 0 and self._warming is None:
+            warming = self._source.awarm(connections)
+            self._warming = asyncio.run_coroutine_threadsafe(warming, self._source.fs.loop)
 
     def _submit(self, index: int, early: bool = False) -> Block:
         start, end = self._span(index)
@@ -313,7 +324,9 @@ class RangedReader(io.RawIOBase):
                 for block in self._blocks.values():
                     block.cancel()
                 if not self._sized.done():
-                    self._sized.cancel()  # a reader waiting for this one's first answer goes on
+                    self._sized.cancel()
+                if self._warming is not None:
+                    self._warming.cancel()  # a reader waiting for this one's first answer goes on
             self._blocks = {}
             follower, self._follower = self._follower, None
             if follower is not None:

@@ -66,3 +66,24 @@ def test_an_early_block_of_a_missing_object_ends_with_its_error_and_no_answer_op
     while source.in_flight or source.open_answers:  # the early blocks' answers closed
         assert time.monotonic() < deadline, "an early block kept its answer open"
         time.sleep(0.01)
+
+
+def test_a_new_host_opens_the_held_blocks_connections_while_the_first_answer_comes() -> None:
+    """Blocks held for the size go out on connections already open (no handshake's round
+    trip once the first answer came), and nothing is asked before the size."""
+    source = ScriptedSource(DATA, faults=[Late(0.5)])  # a host not seen yet, a slow answer
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        reader.start()
+        deadline = time.monotonic() + 0.4
+        while not source.warmed:
+            assert time.monotonic() < deadline, "no connection opened before the size"
+            time.sleep(0.005)
+        assert [warmed for warmed, _ in source.warmed] == [3]  # the window's other 3 blocks
+        assert source.requests == [(0, BLOCK)]
+        assert reader.read() == DATA
+    assert len(source.warmed) == 1  # once per object
+    source.warmed.clear()
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA  # the host is known: the window goes out at once
+    assert source.warmed == []
