@@ -14,7 +14,11 @@ The S7 data (benchmarks/s7_data.py) in SeaweedFS, read through the latency proxy
             minimum, throttles.
   tail      1 % of requests reach the store ``slow-factor`` x RTT late (20x); conveyor with
             hedging (default) and without (``RemoteOptions(hedge_budget=0)``), and peers.
-            Reported: batch waits p50 / p99 (the consumer's time inside next()), hedges.
+            Reported: batch waits p50 / p99 (the consumer's time inside next()), hedges,
+            and for the ``files-*`` pipelines each batch's fetch time p50 / p99 (the data
+            path's own latency: the sum of its GETs, timed in the worker; a consumer's
+            wait is ~0 at the median whenever prefetching keeps ahead, so it cannot give
+            the p99 / p50 ratio of the issue's target).
   listing   a glob (``s3://s7-bench/wds/shard-*.tar``) read by 8 workers: LIST requests
             per job and the first batch.
   ranks     the throttle and tail links with 2 ranks x 4 process workers under torchrun
@@ -83,6 +87,7 @@ class Run:
     steady_s: float = 0.0
     steady_bytes: int = 0
     waits: list[float] = field(default_factory=list)
+    fetches: list[float] = field(default_factory=list)  # files-*: each batch's GET time
     requests: dict[str, int] = field(default_factory=dict)
 
 
@@ -171,7 +176,7 @@ def p_s3torch(spec: Spec) -> Any:
     )
 
 
-class Files(torch_data.Dataset[tuple[str, bytes]]):
+class Files(torch_data.Dataset[tuple[str, bytes, float]]):
     """The S7 single objects (``files/``), one GET each: random access, where every batch
     waits for its requests (the tail scenario's own layout). ``remote=None``: boto3, as a
     user's own Dataset would read them."""
@@ -187,8 +192,13 @@ class Files(torch_data.Dataset[tuple[str, bytes]]):
     def __len__(self) -> int:
         return len(self.keys)
 
-    def __getitem__(self, index: int) -> tuple[str, bytes]:
-        key = self.keys[index]
+    def __getitem__(self, index: int) -> tuple[str, bytes, float]:
+        """(key, bytes, seconds the GET took): a batch's fetch time is its items' sum."""
+        started = time.perf_counter()
+        key, body = self._get(self.keys[index])
+        return key, body, time.perf_counter() - started
+
+    def _get(self, key: str) -> tuple[str, bytes]:
         if self.use_boto3:
             if self._client is None:
                 import boto3
@@ -241,9 +251,10 @@ PIPELINES: dict[str, Callable[[Spec], Any]] = {
 }
 
 
-def _batch(batch: Any) -> tuple[list[str], int]:
-    keys, jpgs = batch
-    return [str(k) for k in keys], sum(len(j) for j in jpgs)
+def _batch(batch: Any) -> tuple[list[str], int, float | None]:
+    keys, jpgs, *timed = batch
+    fetch = float(sum(float(t) for t in timed[0])) if timed else None
+    return [str(k) for k in keys], sum(len(j) for j in jpgs), fetch
 
 
 def run_once(loader: Any, warm: int) -> Run:
@@ -255,9 +266,11 @@ def run_once(loader: Any, warm: int) -> Run:
     asked = time.perf_counter()
     for index, batch in enumerate(iterator, start=1):
         got = time.perf_counter()
-        keys, nbytes = _batch(batch)
+        keys, nbytes, fetch = _batch(batch)
         run.keys += keys
         run.nbytes += nbytes
+        if fetch is not None and index > warm:
+            run.fetches.append(fetch)
         if index == 1:
             run.first_batch_s = got - start
         if index == warm:
@@ -410,6 +423,31 @@ def summarise(
     return "\n".join(rows)
 
 
+def fetch_summary(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
+    """Each batch's fetch time (files-* pipelines), pooled over the reps: p50, p99, ratio,
+    and the GETs hedging added."""
+    rows = [
+        "| pipeline | link | batches | fetch p50 ms | fetch p99 ms | p99/p50 | hedged (won) "
+        "| extra GETs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (name, link), runs in sorted(results.items()):
+        fetches = [f for r in runs if "error" not in r for f in r.get("fetches", [])]
+        if len(fetches) < 100:
+            continue
+        cuts = statistics.quantiles(fetches, n=100)
+        conveyor = [r.get("conveyor", {}) for r in runs if "error" not in r]
+        hedged = sum(c.get("hedged", 0) for c in conveyor)
+        won = sum(c.get("hedge_wins", 0) for c in conveyor)
+        sent = sum(c.get("requests", 0) for c in conveyor)
+        extra = f"{100 * hedged / (sent - hedged):.1f} %" if sent > hedged else "-"
+        rows.append(
+            f"| {name} | {link} | {len(fetches)} | {cuts[49] * 1e3:.1f} | {cuts[98] * 1e3:.1f} "
+            f"| {cuts[98] / cuts[49]:.1f} | {hedged} ({won}) | {extra} |"
+        )
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
 def _steady_share(runs: list[dict[str, Any]]) -> str:
     """Throttled / GETs after the first 2 s of the runs (start-up excluded), summed."""
     later = [r["requests_seen"].get("after_2s", {}) for r in runs]
@@ -436,6 +474,7 @@ def one_run(
         "first_batch_s": run.first_batch_s,
         "iter_s": run.iter_s,
         "waits": run.waits,
+        "fetches": run.fetches,
         "requests_seen": seen,
         "conveyor": run.requests,
     }
@@ -511,7 +550,7 @@ def main() -> None:
                             signal.alarm(0)
                     result.update(pipeline=name, link=link, rep=rep, load=os.getloadavg()[0])
                     results[(name, link)].append(result)
-                    shown = {k: v for k, v in result.items() if k != "waits"}
+                    shown = {k: v for k, v in result.items() if k not in ("waits", "fetches")}
                     shown["requests_seen"] = {
                         k: v for k, v in result.get("requests_seen", {}).items() if k != "timeline"
                     }
@@ -526,6 +565,7 @@ def main() -> None:
             shutil.rmtree(log_dir, ignore_errors=True)
     print(f"\nload average at the end: {os.getloadavg()}")
     print(summarise(results, args, layout))
+    print(fetch_summary(results))
 
 
 def rank_run(

@@ -71,8 +71,10 @@ def test_a_late_first_byte_is_hedged_and_the_loser_is_cancelled(
     server.script("/target.bin", first, second)
     before = request_counts()
     started = time.monotonic()
-    # a budget that is never short here (the warm-up may have spent the 5 %'s tokens)
-    generous = dataclasses.replace(HEDGED, hedge_budget=1.0)
+    # a budget that is never short here (the warm-up may have spent the 5 %'s tokens); one
+    # block at a time, so that the scripted answers go to the first block and its hedge (on
+    # a host known to hold large objects, a window's blocks go out with the first)
+    generous = dataclasses.replace(HEDGED, hedge_budget=1.0, read_ahead=0)
     assert _read(server, "target", generous) == (tmp_path / "target.bin").read_bytes()
     elapsed = time.monotonic() - started
     counted = request_counts() - before
@@ -93,6 +95,6 @@ def test_hedges_are_bounded_by_their_budget(server: FaultyServer, tmp_path: Path
     before = request_counts()
     assert _read(server, "target") == (tmp_path / "target.bin").read_bytes()
     counted = request_counts() - before
-    # at most 2 tokens saved up, plus 5 % of the requests since
-    assert counted.hedged <= 2 + 0.05 * counted.requests
+    # at most 4 tokens saved up, plus 5 % of the requests since
+    assert counted.hedged <= 4 + 0.05 * counted.requests
     _no_connection_held(server)

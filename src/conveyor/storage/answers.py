@@ -56,6 +56,11 @@ class RangeSource(Protocol):
         when it comes, and a stall is timed from the last one."""
         ...
 
+    async def awarm(self, connections: int) -> None:
+        """Open up to ``connections`` connections to the host for requests about to be
+        sent, sending nothing (`conveyor.storage.warm_pool`); failures are ignored."""
+        ...
+
     async def arelease(self, handle: Any) -> None:
         """Close an answer's handle (its connection is dropped unless read to the end)."""
         ...

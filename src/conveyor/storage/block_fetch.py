@@ -55,6 +55,8 @@ class Block:
         self.finished = False
         self.error: BaseException | None = None
         self.task: Future[None] | None = None
+        self.sent_at: float | None = None  # when its request went out (monotonic clock)
+        self.finished_at: float | None = None
         self._news: Future[None] = Future()
         self._piece = 0  # the consumer's place: piece index, and that piece's offset
         self._piece_at = 0
@@ -63,12 +65,20 @@ class Block:
     def complete(self) -> bool:
         return self.finished or self.error is not None
 
+    @property
+    def turnaround_s(self) -> float | None:
+        """From its request to its last byte (None unless it finished)."""
+        if self.sent_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.sent_at
+
     def publish(self, data: bytes) -> None:
         self.pieces.append(data)
         self.received += len(data)
         self._notify()
 
     def finish(self) -> None:
+        self.finished_at = time.monotonic()
         self.finished = True
         self._notify()
 
@@ -126,6 +136,7 @@ class BlockJob:
     sized: Future[int | None]
     lead: bool = False  # the first block asked for: it does not wait for the size
     gate: Future[int | None] | None = None  # wait for this first (the shard read before)
+    early: bool = False  # asked for with the first, before the size: read once it is known
 
 
 async def fetch_block(job: BlockJob) -> None:
@@ -134,9 +145,10 @@ async def fetch_block(job: BlockJob) -> None:
     try:
         if job.gate is not None:  # its outcome is not ours: only wait for it
             await asyncio.wait([asyncio.wrap_future(job.gate)])
-        if not job.lead:  # nothing is asked past the end, or of an object that failed
+        if not (job.lead or job.early):  # nothing asked past a known end, or of a failed object
             await asyncio.wrap_future(job.sized)
         await _connected(job.source)
+        block.sent_at = time.monotonic()
         await _fetch(job)
     except BaseException as error:
         if job.lead and not job.sized.done() and isinstance(error, Exception):
@@ -157,6 +169,8 @@ async def _fetch(job: BlockJob) -> None:
             await _attempt(job, run, limit, outcome)
         except RemoteReadError:  # final: a changed object, the budget spent mid-attempt
             raise
+        except _FirstAnswerFailed as failed:  # not this block's to retry
+            raise failed.error from None
         except Exception as error:
             outcome.error = error
         reached = outcome.reached
@@ -211,6 +225,8 @@ async def _request_and_read(job: BlockJob, limit: HostLimit, outcome: _Attempt, 
     )
     try:
         limit.answered()
+        if job.early:  # the first answer says the size and the version
+            await _first_answer_of(job)
         _admit(job, answer)
         if answer.handle is None:  # past the end
             outcome.complete = True
@@ -218,6 +234,23 @@ async def _request_and_read(job: BlockJob, limit: HostLimit, outcome: _Attempt, 
         await _stream(job, answer, outcome, end)
     finally:
         await source.arelease(answer.handle)
+
+
+class _FirstAnswerFailed(Exception):
+    """The object's first request failed: a block asked for with it ends with its error."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _first_answer_of(job: BlockJob) -> None:
+    await asyncio.wait([asyncio.wrap_future(job.sized)])
+    if job.sized.cancelled():
+        raise asyncio.CancelledError
+    error = job.sized.exception()
+    if error is not None:
+        raise _FirstAnswerFailed(error)
 
 
 def _admit(job: BlockJob, answer: Answer) -> None:

@@ -9,6 +9,7 @@ are throttles: waited out as long as the server asks.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 from conveyor.storage.answers import Answer
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.retry import Failure, classify_builtin, is_retryable_status, retry_after_s
+from conveyor.storage.warm_pool import warm_pool
 
 __all__ = [
     "HttpSource",
@@ -153,6 +155,11 @@ class HttpSource:
             return Answer(None, start, start, start if total is None else total)
         waited = retry_after_s(response.headers.get("Retry-After"))
         raise HttpStatusError(status, response.reason or "", self.url, waited)
+
+    async def awarm(self, connections: int) -> None:
+        with contextlib.suppress(Exception):  # the requests will meet the failure themselves
+            session = await self.fs.set_session()
+            await warm_pool(session, self.fs.encode_url(self.url), connections)
 
     @staticmethod
     async def aread(answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:

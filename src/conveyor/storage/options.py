@@ -66,16 +66,18 @@ class RemoteOptions:
     block`` per open object, twice that with the next shard started."""
 
     read_ahead_max: int = 8
-    """How far the window may grow: it starts at ``read_ahead`` blocks and doubles each
-    time the reader has to wait for a block already asked for (a link whose round trip
-    is long for its bandwidth), up to this many (at least ``read_ahead``). Memory then up
-    to ``read_ahead_max * block`` per open object; on a fast link the window stays at
-    ``read_ahead``."""
+    """How far the window may grow (the memory bound: up to ``read_ahead_max * block`` per
+    open object; at least ``read_ahead``). Within it the window holds what the reader
+    consumes during a block's turnaround (its rate x the time from a request to the block's
+    last byte: a long round trip for the link's bandwidth widens it), and doubles when the
+    reader has to wait for a block already asked for (`conveyor.storage.read_window`). On a
+    fast link it stays near ``read_ahead``."""
 
     hedge_budget: float = 0.05
     """Requests that hedging may add, as a share of the requests sent (0 turns it off): a
-    range whose first byte is later than the 95th percentile of its peers' is asked for a
-    second time, and the first answer wins (`conveyor.storage.hedging`)."""
+    range whose first byte is later than the ``1 - hedge_budget / 2`` percentile of its
+    peers' (97.5 for 5 %) is asked for a second time, and the first answer wins
+    (`conveyor.storage.hedging`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -9,16 +9,20 @@ transfer overlaps the parsing of the bytes before it.
 Why a window: asking for the next bytes only when the reader runs out of them costs a
 round trip at every block during which the link carries nothing, and one TCP stream
 moves at most its window per round trip; over a 100 ms link that cut an I/O-bound reader
-to a third (S7 in docs/benchmarks.md). The window starts at ``RemoteOptions.read_ahead``
-blocks and doubles, up to ``read_ahead_max``, each time the reader reaches a block that
-has not fully arrived (the round trip is long for the link's bandwidth); later objects of
-the same host start at the width learned. ``read_ahead=0`` reads one block at a time.
+to a third (S7 in docs/benchmarks.md). Its width, per host, is `read_window`'s: the bytes
+the reader consumes during a block's turnaround, at least ``RemoteOptions.read_ahead``
+blocks and at most ``read_ahead_max``, doubled when the reader reaches a block that has
+not fully arrived; later objects of the same host start at the width learned.
+``read_ahead=0`` reads one block at a time.
 
 Nothing is requested before the first read (or `start`), so a resumed shard seeks first
 and its first request starts at the saved offset; a seek outside the window drops it and
 anchors the blocks at the new offset (one block at a time until the reading is
-sequential again). The object's size comes with the first answer; only then are blocks
-after the first asked for, so nothing is requested past a small object's end.
+sequential again). The object's size comes with the first answer; blocks after the first
+are asked for with it only on a host known to hold objects that long
+(`HostWindow.early_blocks`), else once the size is known: nothing is requested past a
+small object's end; the connections they will need are opened while the first answer is
+on its way (`warm_pool`), so that they go out without a handshake's round trip.
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
@@ -34,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import time
 from concurrent.futures import CancelledError, Future
 from typing import Any
 
@@ -42,12 +47,11 @@ from conveyor.storage.block_fetch import Block, BlockJob, fetch_block
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.read_ahead_window import read_ahead_floor
+from conveyor.storage.read_window import host_window
 from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError
 
 __all__ = ["Answer", "RangeSource", "RangedReader"]
-
-_learned_depth: dict[str, int] = {}  # per host: the window later readers start with
 
 
 class RangedReader(io.RawIOBase):
@@ -66,10 +70,10 @@ class RangedReader(io.RawIOBase):
         self._source = source
         self._options = options
         self.block_bytes = block_bytes
+        self._window = host_window(source.host)
         # read_ahead=0: one block at a time, never widened
         self.max_depth = max(1, options.widest_read_ahead) if options.read_ahead else 1
-        start_depth = max(1, options.read_ahead)
-        self.depth = min(self.max_depth, max(start_depth, _learned_depth.get(source.host, 0)))
+        self.depth = self._window.blocks(options, block_bytes) if options.read_ahead else 1
         self._owner = os.getpid()
         self._facts = ObjectFacts()  # the first answer's version pins every later range
         self._sized: Future[int | None] = Future()
@@ -81,6 +85,10 @@ class RangedReader(io.RawIOBase):
         self._read_any = False
         self._follower: RangedReader | None = None  # the reader opened early after this one
         self._holding = False  # opened early: the first block only, until its turn
+        self._size_seen = False
+        self._waited_s = 0.0  # time spent waiting for blocks (the reader's demand leaves it out)
+        self._block_began: tuple[float, float] | None = None  # (clock, waited) at a block's start
+        self._warming: Future[None] | None = None  # connections for the blocks held for the size
 
     # -- blocks
 
@@ -119,13 +127,19 @@ class RangedReader(io.RawIOBase):
 
     def _schedule(self, first: int) -> None:
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
-        learned = _learned_depth.get(self._source.host, 0)  # another reader's, since
-        self.depth = max(self.depth, min(learned, self.max_depth))
+        if self.max_depth > 1:  # what this host's readers learned since (`read_window`)
+            self.depth = max(self.depth, self._window.blocks(self._options, self.block_bytes))
         floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
         self.depth, self.max_depth = max(self.depth, floor), max(self.max_depth, floor)
         width = 1 if self._narrow or self._holding else self.depth
         last = first + width - 1
         size = self._facts.size
+        early = 0  # blocks asked for before the size is known (with the first)
+        if size is None and width > 1:
+            early = self._window.early_blocks(width, self.block_bytes)
+        elif size is not None and not self._size_seen:
+            self._size_seen = True
+            self._window.saw_object(size)
         if size is not None:
             final = self._index(max(size, self._anchor + 1) - 1)
             last = min(last, final)
@@ -136,9 +150,18 @@ class RangedReader(io.RawIOBase):
             self._blocks.pop(index).cancel()
         for index in range(first, last + 1):
             if index not in self._blocks:
-                self._blocks[index] = self._submit(index)
+                self._blocks[index] = self._submit(index, early=index - first < early)
+        if early:
+            self._warm(width - early)  # after the first request, which comes first
 
-    def _submit(self, index: int) -> Block:
+    def _warm(self, connections: int) -> None:
+        """Blocks held until the size is known: open their connections meanwhile, so that
+        they go out without a handshake's round trip once the first answer comes."""
+        if connections > 0 and self._warming is None:
+            warming = self._source.awarm(connections)
+            self._warming = asyncio.run_coroutine_threadsafe(warming, self._source.fs.loop)
+
+    def _submit(self, index: int, early: bool = False) -> Block:
         start, end = self._span(index)
         block = Block(start, end)
         job = BlockJob(
@@ -149,17 +172,15 @@ class RangedReader(io.RawIOBase):
             self._sized,
             lead=index == 0,
             gate=self._gate,
+            early=early and index != 0,
         )
         block.task = asyncio.run_coroutine_threadsafe(fetch_block(job), self._source.fs.loop)
         return block
 
     def _widen(self) -> None:
         """The reader reached a block still arriving: keep twice as many in flight."""
-        if self.depth >= self.max_depth:
-            return
-        self.depth = min(2 * self.depth, self.max_depth)
-        host = self._source.host
-        _learned_depth[host] = max(_learned_depth.get(host, 0), self.depth)
+        if self.depth < self.max_depth:
+            self.depth = self._window.widen(self.depth, self._options)
 
     def _block_at(self, index: int) -> Block:
         block = self._blocks.get(index)
@@ -178,6 +199,8 @@ class RangedReader(io.RawIOBase):
         size = self._facts.size
         if size is not None and self._position >= size:
             return b""
+        if self._block_began is None:
+            self._block_began = (time.monotonic(), self._waited_s)
         index = self._index(self._position)
         block = self._block_at(index)
         offset = self._position - block.start
@@ -189,12 +212,27 @@ class RangedReader(io.RawIOBase):
         if self._position >= block.end:
             self._narrow = False
             self._blocks.pop(index, None)
+            self._learn(block)
             self._schedule(index + 1)  # keep the window full
         return data
 
+    def _learn(self, block: Block) -> None:
+        """A block read to its end: its turnaround and the reader's rate go to the window."""
+        now = time.monotonic()
+        turnaround = block.turnaround_s
+        if turnaround is not None:
+            self._window.saw_block(turnaround)
+        began, self._block_began = self._block_began, (now, self._waited_s)
+        if began is not None:
+            busy = now - began[0] - (self._waited_s - began[1])
+            if busy > 0:
+                self._window.saw_demand((block.end - block.start) / busy)
+
     def _wait(self, block: Block, offset: int) -> None:
+        began = time.monotonic()
         try:
-            block.wait_for(offset)
+            if not block.wait_for(offset):
+                self._waited_s += time.monotonic() - began
         except CancelledError:
             raise OSError(f"read of {redact_url(self.url)!r} was cancelled") from None
         error = block.error
@@ -264,6 +302,7 @@ class RangedReader(io.RawIOBase):
         self._blocks.clear()
         self._anchor = offset
         self._narrow = self._read_any  # random access narrows; a resume does not
+        self._block_began = None  # a block's rate is timed from its first byte read
 
     def _wait_size(self) -> int:
         """The object's size, waiting for the first answer if need be."""
@@ -288,7 +327,9 @@ class RangedReader(io.RawIOBase):
                 for block in self._blocks.values():
                     block.cancel()
                 if not self._sized.done():
-                    self._sized.cancel()  # a reader waiting for this one's first answer goes on
+                    self._sized.cancel()
+                if self._warming is not None:
+                    self._warming.cancel()  # a reader waiting for this one's first answer goes on
             self._blocks = {}
             follower, self._follower = self._follower, None
             if follower is not None:

@@ -16,6 +16,7 @@ from conveyor.storage.answers import Answer
 from conveyor.storage.http_source import classify_http, host_of, status_failure
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.retry import Failure, retry_after_s
+from conveyor.storage.warm_pool import warm_s3_pool
 
 __all__ = ["S3Source", "classify_s3", "s3_config_defaults"]
 
@@ -146,6 +147,11 @@ class S3Source:
         # one past their turn, and be sent after a throttle they could have heeded)
         pool = (getattr(fs, "config_kwargs", None) or {}).get("max_pool_connections")
         self.most_in_flight = int(pool) if pool else _POOL_DEFAULT
+
+    async def awarm(self, connections: int) -> None:
+        with contextlib.suppress(Exception):  # the requests will meet the failure themselves
+            await self.fs.set_session()
+            await warm_s3_pool(self.fs, self._bucket, connections)
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         from botocore.exceptions import ClientError  # type: ignore[import-untyped]

@@ -62,6 +62,7 @@ class ScriptedSource:
         self.open_answers = 0
         self.in_flight = 0
         self.peak = 0
+        self.warmed: list[tuple[int, int]] = []  # (connections, requests sent before)
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         self.requests.append((start, end))
@@ -87,6 +88,9 @@ class ScriptedSource:
         cut = start + fault.after if isinstance(fault, Cut) else None
         self.open_answers += 1
         return Answer({"at": start, "end": end, "cut": cut}, start, end, size, '"etag"')
+
+    async def awarm(self, connections: int) -> None:
+        self.warmed.append((connections, len(self.requests)))
 
     async def aread(self, answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
         body = answer.handle

@@ -1,0 +1,98 @@
+"""How many blocks a remote reader keeps in flight: the read-ahead window, per host.
+
+The one place that sizes `RangedReader`'s window (`conveyor.storage.ranged`). A reader
+that runs out of bytes waits a whole block's turnaround (the request's round trip, then
+the block's transfer at what one connection carries), so the window must hold the bytes
+the reader consumes in that time: **bytes in flight = the reader's rate x a block's
+turnaround** (Little's law; the bandwidth-delay product of the path, one connection's
+window being what limits a single request on a long link). Both are observed:
+
+- ``turnaround_s``: a block's time from its request to its last byte (a moving average
+  over the blocks of the host's readers);
+- ``demand_bps``: the bytes a reader consumed per second of its own time spent not
+  waiting for blocks (what it would take if the link never held it back).
+
+`HostWindow.blocks` turns them into blocks, at least ``RemoteOptions.read_ahead`` and at
+most ``read_ahead_max`` (the memory bound: ``read_ahead_max * block`` per open object).
+Before anything is measured, a reader that has to wait for a block already asked for
+doubles its window (`widen`), as before; the width is remembered per host, so the next
+object of the host, and its next shard, start at it instead of ramping up again.
+
+The first window of an object whose size is not yet known is asked for at once
+(`early_blocks`), not block after block once the first answer said the size, which on a
+100 ms link cost the first shard of every worker two round trips at its start: on a host
+whose objects have all been larger than the window, or on a host not seen yet (the worst
+case is then ``read_ahead_max - 1`` ranges past the end of a small object, once per host
+and process: each is answered empty); after a small object, only as many blocks as the
+smallest object seen on the host holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from conveyor.storage.options import RemoteOptions
+
+__all__ = ["HostWindow", "host_window"]
+
+_SMOOTHING = 0.3  # weight of a new observation in the moving averages
+
+
+@dataclass
+class HostWindow:
+    """What the readers of one host learned about the window they need."""
+
+    depth: int = 0
+    """The widest window (blocks) a reader of this host needed; later readers start there."""
+    turnaround_s: float | None = None
+    demand_bps: float | None = None
+    smallest_object: int | None = None
+    """The smallest object (bytes) seen on this host: how far a first window may reach."""
+
+    def blocks(self, options: RemoteOptions, block_bytes: int) -> int:
+        """The window (blocks) this host's readers should keep in flight now."""
+        widest = max(1, options.widest_read_ahead)
+        wanted = max(options.read_ahead, self.depth)
+        if self.turnaround_s is not None and self.demand_bps is not None:
+            in_flight = self.demand_bps * self.turnaround_s  # Little's law
+            wanted = max(wanted, math.ceil(in_flight / block_bytes) + 1)
+        return max(1, min(wanted, widest))
+
+    def widen(self, depth: int, options: RemoteOptions) -> int:
+        """A reader waited for a block it had asked for: twice ``depth`` (up to the bound),
+        remembered for the host."""
+        wider = min(2 * depth, max(1, options.widest_read_ahead))
+        self.depth = max(self.depth, wider)
+        return wider
+
+    def early_blocks(self, depth: int, block_bytes: int) -> int:
+        """How many blocks of a first window go out before the object's size is known."""
+        if self.smallest_object is None:
+            return 1
+        return max(1, min(depth, math.ceil(self.smallest_object / block_bytes)))
+
+    def saw_object(self, size: int) -> None:
+        if self.smallest_object is None or size < self.smallest_object:
+            self.smallest_object = size
+
+    def saw_block(self, turnaround_s: float) -> None:
+        self.turnaround_s = _average(self.turnaround_s, turnaround_s)
+
+    def saw_demand(self, bytes_per_s: float) -> None:
+        self.demand_bps = _average(self.demand_bps, bytes_per_s)
+
+
+def _average(old: float | None, new: float) -> float:
+    return new if old is None else old + _SMOOTHING * (new - old)
+
+
+_windows: dict[str, HostWindow] = {}
+
+
+def host_window(host: str) -> HostWindow:
+    """The window state of ``host`` in this process (readers of every thread share it)."""
+    found = _windows.get(host)
+    if found is None:
+        found = _windows[host] = HostWindow()
+    return found

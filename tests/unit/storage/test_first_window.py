@@ -1,0 +1,89 @@
+"""The first window of an object: asked for at once on a host known to hold large objects
+(not block after block once the first answer said the size), and nothing past the end of a
+small one; the early blocks of an object that fails end with its error and close."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+from scripted_source import FAST, Late, ScriptedSource
+
+from conveyor.storage import RangedReader
+
+DATA = os.urandom(100_000)
+BLOCK = 10_000
+
+
+def test_a_host_of_large_objects_gets_the_first_window_before_the_size() -> None:
+    """Blocks after the first do not wait a round trip for the first answer's size."""
+    source = ScriptedSource(DATA)
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA  # the host's objects: 10 blocks or more
+    source.requests.clear()
+    source.faults = [Late(0.5)]  # the next object's first answer is slow
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        reader.start()
+        deadline = time.monotonic() + 0.4
+        while len(source.requests) < 4:
+            assert time.monotonic() < deadline, f"only {source.requests} before the size"
+            time.sleep(0.005)
+        assert sorted(source.requests) == [(i * BLOCK, (i + 1) * BLOCK) for i in range(4)]
+        assert reader.read() == DATA
+    assert source.open_answers == 0
+
+
+def test_nothing_is_asked_past_the_end_on_a_new_host_or_one_of_small_objects() -> None:
+    source = ScriptedSource(DATA[:5000])
+    options = dataclasses.replace(FAST, read_ahead=4)
+    for _ in range(2):  # a host not seen yet, then one whose objects are half a block
+        source.requests.clear()
+        with RangedReader(source, options, block_bytes=BLOCK) as reader:
+            assert reader.read() == DATA[:5000]
+        assert source.requests == [(0, BLOCK)]
+
+
+def test_an_early_block_of_a_missing_object_ends_with_its_error_and_no_answer_open() -> None:
+    from conveyor.storage.http_source import HttpStatusError
+
+    source = ScriptedSource(DATA)
+    options = dataclasses.replace(FAST, read_ahead=3, read_ahead_max=3)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        reader.read()
+    source.faults = [HttpStatusError(404, "Not Found", ScriptedSource.url), None, None]
+    reader = RangedReader(source, options, block_bytes=BLOCK)
+    try:
+        reader.read(1)
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("a missing object read without an error")
+    finally:
+        reader.close()
+    deadline = time.monotonic() + 5
+    while source.in_flight or source.open_answers:  # the early blocks' answers closed
+        assert time.monotonic() < deadline, "an early block kept its answer open"
+        time.sleep(0.01)
+
+
+def test_a_new_host_opens_the_held_blocks_connections_while_the_first_answer_comes() -> None:
+    """Blocks held for the size go out on connections already open (no handshake's round
+    trip once the first answer came), and nothing is asked before the size."""
+    source = ScriptedSource(DATA, faults=[Late(0.5)])  # a host not seen yet, a slow answer
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        reader.start()
+        deadline = time.monotonic() + 0.4
+        while not source.warmed:
+            assert time.monotonic() < deadline, "no connection opened before the size"
+            time.sleep(0.005)
+        assert [warmed for warmed, _ in source.warmed] == [3]  # the window's other 3 blocks
+        assert source.requests == [(0, BLOCK)]
+        assert reader.read() == DATA
+    assert len(source.warmed) == 1  # once per object
+    source.warmed.clear()
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA  # the host is known: the window goes out at once
+    assert source.warmed == []
