@@ -84,6 +84,29 @@ def test_workers_do_not_finalize_inherited_garbage(
         assert in_workers == [] and in_parent == [os.getpid()]
 
 
+def test_garbage_made_after_the_users_own_freeze_is_not_finalized_in_workers(
+    pipe: tuple[int, int],
+) -> None:
+    """The user froze the heap (the doctor's gc.freeze() advice), then made garbage: the
+    workers must not finalize it either (a CUDA event freed in a forked worker aborts it)."""
+    read, write = pipe
+    if not gc.isenabled():
+        pytest.skip("the collector is off")
+    gc.collect()
+    gc.freeze()
+    try:
+        _old_garbage(write)
+        loader = conveyor.DataLoader(
+            Range(8), batch_size=2, num_workers=2, worker_init_fn=_collect_in_worker
+        )
+        assert sorted(int(x) for batch in loader for x in batch) == list(range(8))
+        assert _finalized_in(read) == []
+    finally:
+        gc.unfreeze()
+    gc.collect()
+    assert _finalized_in(read) == [os.getpid()]
+
+
 def test_the_users_own_frozen_objects_stay_frozen() -> None:
     """A user who froze the heap (``gc.freeze``, the copy-on-write trick) keeps it frozen."""
     gc.collect()
