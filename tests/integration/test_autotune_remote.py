@@ -17,7 +17,7 @@ from remote_servers import HttpServer
 
 from conveyor import AutotuneOptions, DataLoader, IterableDataset
 from conveyor.storage import RemoteOptions, get_filesystem
-from conveyor.storage.read_ahead_window import read_ahead_floor
+from conveyor.storage.read_window import read_ahead_floor
 
 BLOCK = 1024
 ONE_BLOCK_AT_A_TIME = RemoteOptions(read_ahead=1, read_ahead_max=1)

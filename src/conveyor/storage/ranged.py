@@ -46,8 +46,7 @@ from conveyor.storage.answers import Answer, RangeSource
 from conveyor.storage.block_fetch import Block, BlockJob, fetch_block
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
-from conveyor.storage.read_ahead_window import read_ahead_floor
-from conveyor.storage.read_window import host_window
+from conveyor.storage.read_window import host_window, read_ahead_floor
 from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError
 

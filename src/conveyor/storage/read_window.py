@@ -21,10 +21,16 @@ object of the host, and its next shard, start at it instead of ramping up again.
 The first window of an object whose size is not yet known is asked for at once
 (`early_blocks`), not block after block once the first answer said the size, which on a
 100 ms link cost the first shard of every worker two round trips at its start: on a host
-whose objects have all been larger than the window, or on a host not seen yet (the worst
-case is then ``read_ahead_max - 1`` ranges past the end of a small object, once per host
-and process: each is answered empty); after a small object, only as many blocks as the
-smallest object seen on the host holds.
+whose objects have all been larger than the window; after a small object, only as many
+blocks as the smallest object seen on the host holds. On a host not seen yet only the first
+block goes out before the size (nothing is asked past a small object's end or of a missing
+object); the connections of the rest are opened meanwhile (`conveyor.storage.warm_pool`).
+
+Autotune may set a floor on every window of the process (`set_read_ahead_floor`): when the
+training loop waits while the workers wait on remote reads, it sends every worker a
+read-ahead; each reader then keeps at least that many blocks requested, even past
+``read_ahead_max``, within a byte share per reader of its memory budget.
+``read_ahead=0`` (one block at a time) is never overridden. A floor of 0: no floor.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 
 from conveyor.storage.options import RemoteOptions
 
-__all__ = ["HostWindow", "host_window"]
+__all__ = ["HostWindow", "host_window", "read_ahead_floor", "set_read_ahead_floor"]
 
 _SMOOTHING = 0.3  # weight of a new observation in the moving averages
 
@@ -96,3 +102,24 @@ def host_window(host: str) -> HostWindow:
     if found is None:
         found = _windows[host] = HostWindow()
     return found
+
+
+_floor = 0  # autotune's, for this process (thread workers share the main process's)
+_floor_max_bytes: int | None = None  # what the floor may hold per reader
+
+
+def read_ahead_floor(block_bytes: int) -> int:
+    """Blocks of ``block_bytes`` every reader of this process keeps requested ahead at
+    least (0: no floor)."""
+    if _floor_max_bytes is None or _floor == 0:
+        return _floor
+    return max(1, min(_floor, _floor_max_bytes // max(1, block_bytes)))
+
+
+def set_read_ahead_floor(blocks: int, max_bytes: int | None = None) -> None:
+    """Autotune's window for this process's readers, from their next request on: at least
+    ``blocks`` blocks, within ``max_bytes`` per reader (None: no byte limit)."""
+    global _floor, _floor_max_bytes
+    if blocks < 0 or (max_bytes is not None and max_bytes < 0):
+        raise ValueError(f"read-ahead floor should be >= 0, got {blocks} blocks, {max_bytes}")
+    _floor, _floor_max_bytes = blocks, max_bytes

@@ -13,7 +13,7 @@ time (and CPU time) per batch. From those it computes the workers the step needs
   takes them to the need, or (enough workers: bursty tasks) gives each one more task in
   flight. When the
   workers spend their busy time off the CPU while remote requests run, it also raises the
-  remote readers' read-ahead (`Tuning`, `conveyor.storage.read_ahead_window`).
+  remote readers' read-ahead (`Tuning`, `conveyor.storage.read_window`).
 - Down slowly: one worker after two quiet full windows, only while twice the headroom
   remains, and never to a count at which the loop was seen waiting until the step time
   moves by a quarter (no oscillation).

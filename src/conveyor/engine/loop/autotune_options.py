@@ -42,7 +42,7 @@ class AutotuneOptions(Frozen):
             short (at the start, after a change upward) it decides every quarter window.
         max_prefetch_factor: most tasks in flight per worker taking tasks.
         max_read_ahead: most blocks autotune lets each remote reader keep requested ahead
-            when the workers wait on remote reads (`conveyor.storage.read_ahead_window`;
+            when the workers wait on remote reads (`conveyor.storage.read_window`;
             memory: up to this many blocks per open object, within the memory budget);
             0: never raise it.
     """

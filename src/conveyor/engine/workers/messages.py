@@ -68,7 +68,7 @@ class Tuning(NamedTuple):
     """Autotune's settings for the worker's process (`conveyor.engine.loop.autotune`):
     the read-ahead window of its remote readers, from their next request on; no answer."""
 
-    read_ahead: int  # blocks (`conveyor.storage.read_ahead_window`); 0: the readers' own
+    read_ahead: int  # blocks (`conveyor.storage.read_window`); 0: the readers' own
     max_bytes: int | None = None  # the most each reader holds ahead for it; None: no limit
 
 

@@ -134,7 +134,7 @@ def run_worker(
 def _set_read_ahead(blocks: int, max_bytes: int | None = None) -> None:
     """Autotune's read-ahead for this process's remote readers. Sent only after remote
     requests were counted, so `conveyor.storage` is imported already (never for local data)."""
-    from conveyor.storage.read_ahead_window import set_read_ahead_floor
+    from conveyor.storage.read_window import set_read_ahead_floor
 
     set_read_ahead_floor(blocks, max_bytes)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conveyor.storage.read_ahead_window import read_ahead_floor, set_read_ahead_floor
+from conveyor.storage.read_window import read_ahead_floor, set_read_ahead_floor
 
 
 @pytest.fixture(autouse=True)
