@@ -49,7 +49,7 @@ def test_batches_are_not_held_through_the_run_and_the_replay_still_gets_its_batc
 
 
 def test_a_run_cut_short_by_its_deadline_takes_the_replay_batches_after_it() -> None:
-    run, kept = measure(_Loader(1000), lambda batch: None, 32, 0.0)
+    _, kept = measure(_Loader(1000), lambda batch: None, 32, 0.0)
     assert len(kept) == KEPT_BATCHES
 
 
