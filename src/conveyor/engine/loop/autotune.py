@@ -16,8 +16,9 @@ time (and CPU time) per batch. From those it computes the workers the step needs
   workers spend their busy time off the CPU while remote requests run, it also raises the
   remote readers' read-ahead (`Tuning`, `conveyor.storage.read_ahead_window`).
 - Down in one move: after two quiet full windows, while twice the headroom remains, to
-  the count the step needs (with the headroom once), and never to a count at which the loop was seen waiting until the step time
-  moves by a quarter (no oscillation).
+  the count the step needs (with the headroom once), and never to a count at which the
+  loop was seen waiting until the step time moves by a quarter (no oscillation). A
+  window in which no worker answered keeps the last busy time (bursts: no measure).
 - A change is judged only on batches dispatched after it: the tasks already in flight
   are delivered first (in order), so the next window starts after them.
 
@@ -94,10 +95,10 @@ class _Rates:
         busy_s = now.busy_s - before.busy_s
         # many workers started together answer in bursts: a window may see no answer, and
         # then the last measured busy time and CPU share stand (none yet: 0 and 1)
-        self.busy = busy_s / tasks if tasks else (last.busy if last else 0.0)
-        self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s) if busy_s > 0 else 1.0
-        if busy_s <= 0 and last is not None:
-            self.cpu_share = last.cpu_share
+        self.busy: float = busy_s / tasks if tasks else (last.busy if last else 0.0)
+        self.cpu_share: float = last.cpu_share if last else 1.0
+        if busy_s > 0:
+            self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s)
         self.wait_share = wait / (wait + step) if wait + step > 0 else 0.0
         ready_wait = now.ready_wait_s - before.ready_wait_s
         self.ready_wait_share = ready_wait / wait if wait > 0 else 0.0
