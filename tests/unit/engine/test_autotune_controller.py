@@ -108,15 +108,22 @@ def test_bursty_answers_neither_overshoot_the_ramp_nor_stall_the_retirement() ->
 
 
 def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
-    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    tuner = Tuner(AutotuneOptions(initial_workers=4, cpu_budget=16), 8, 2, True)
     clock = StepClock()
-    _window(tuner, clock, 5, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
-    assert tuner.active == 6
-    # quiet now, and the model says 5 suffice: 5 was seen short, so 6 stays
-    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.04) == [6] * 6
-    # the step doubles: 3 suffice (with twice the headroom), retired one at a time
+    _window(tuner, clock, 5, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 4 wait: 5 needed
+    assert tuner.active == 5
+    # quiet now, and the model says 4 suffice: 4 was seen short, so 5 stay
+    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.028) == [5] * 6
+    # the step doubles: 3 suffice (with twice the headroom), retired to in one move
     actives = _run(tuner, clock, 16, wait_s=0.0, step_s=0.02, busy_s=0.04)
     assert actives[-1] == 3 and sorted(actives, reverse=True) == actives
+
+
+def test_far_behind_with_enough_workers_by_the_busy_time_deepens_not_widens() -> None:
+    """Bursts: the loop waited 9 % though the model says 5 workers suffice."""
+    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    _window(tuner, StepClock(), 5, wait_s=0.001, step_s=0.01, busy_s=0.04)
+    assert (tuner.active, tuner.per_worker) == (5, 3)
 
 
 def test_waits_with_batches_ready_are_the_main_process_s_and_change_nothing() -> None:

@@ -8,10 +8,10 @@ time (and CPU time) per batch. From those it computes the workers the step needs
 ``ceil(busy per batch * (1 + headroom) / step)``.
 
 - Up fast: while the loop waits it decides every quarter window. Far behind (waiting more
-  than four times the target share) it scales the workers by the pace they kept
-  (``active * (step + wait) / step``: one window from 1 to the count needed; the count
-  the step needs instead, once the workers' busy time is known and it is more), else it
-  takes them to the need, or (enough workers: bursty tasks) gives each one more task in
+  than four times the target share) with no busy time reported yet it scales the workers
+  by the pace they kept (``active * (step + wait) / step``: one window from 1 to the
+  count needed); else it takes them to the need, or (enough workers by the busy time:
+  bursts, as many workers started together answer together) gives each one more task in
   flight. When the
   workers spend their busy time off the CPU while remote requests run, it also raises the
   remote readers' read-ahead (`Tuning`, `conveyor.storage.read_ahead_window`).
@@ -203,6 +203,8 @@ class Tuner:
         most = self._most_workers(rates.cpu_share)
         waited = f"the loop waited {rates.wait_share:.0%} of its time"
         far_behind = rates.wait_share > _FAR_BEHIND * self.options.target_wait_share
+        # far behind with the busy time known and enough workers by it: bursts (deeper)
+        far_behind = far_behind and rates.busy <= 0
         if self.workers_tunable and active < most and (far_behind or rates.need > active):
             # the workers delivered a batch per (step + wait): the rate scales with them.
             # Workers started together deliver in bursts, so a window's wait overstates
