@@ -156,7 +156,9 @@ def _epoch(loader: DataLoader[Any], step: Callable[[int], float]) -> Result:
     last = decisions[-1].batch if decisions else 0
     settled = stamps[min(last, len(stamps) - 1)] - stamps[0] if decisions else 0.0
     final = decisions[-1] if decisions else None
-    after = min(max(16, last + 1), len(steps) - 8)
+    # settled: the tasks in flight at autotune's last change were delivered
+    before = decisions[-2].tasks_in_flight if len(decisions) > 1 else _initial(loader) * 2
+    after = min(max(16, last + 1 + (before if decisions else 0)), len(steps) - 8)
     return Result(
         1e3 * cpu / samples,
         sum(waits[1:]) / sum(steps),

@@ -23,17 +23,20 @@ def _window(
     cpu: float = 1.0,
     ready: bool = False,
     requests: int = 0,
+    answers: bool = True,
 ) -> None:
     """``batches`` more batches, each observed: each waited ``wait_s`` and computed
     ``step_s``; each task kept a worker busy ``busy_s`` (``cpu`` of it on a CPU) and made
-    ``requests`` remote requests; ``ready``: already there."""
+    ``requests`` remote requests; ``ready``: already there; ``answers``: False, no worker
+    answered in these batches (workers started together answer in bursts)."""
     for _ in range(batches):
         clock.queue_seen(ready, 1)
         clock.batches += 1
         clock.wait_s += wait_s
         clock.ready_wait_s += wait_s if ready else 0.0
         clock.compute_s += step_s
-        clock.worker_did(0, busy_s, busy_s * cpu)
+        if answers:
+            clock.worker_did(0, busy_s, busy_s * cpu)
         clock.requests = RequestCounts(clock.requests.requests + requests)
         tuner.observe(clock)
 
@@ -78,25 +81,49 @@ def test_a_change_is_judged_on_batches_dispatched_after_it() -> None:
     assert tuner.active == 3
 
 
-def test_no_wait_retires_one_worker_per_two_quiet_windows_down_to_min() -> None:
+def test_no_wait_retires_to_the_need_after_two_quiet_windows_down_to_min() -> None:
     tuner = Tuner(AutotuneOptions(initial_workers=4, min_workers=2), 4, 2, True)
     clock = StepClock()
     actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.05, busy_s=0.001)
-    # quiet quarter windows until a full window was quiet, then two quiet windows: retire;
-    # the tasks in flight arrive, two quiet windows, retire
-    assert actives == [4, 4, 4, 3, 3, 3, 2, 2]
+    # quiet quarter windows until a full window was quiet, then two quiet windows: retire
+    # to the need (1), within min_workers
+    assert actives == [4, 4, 4, 2, 2, 2, 2, 2]
+
+
+def test_bursty_answers_neither_overshoot_the_ramp_nor_stall_the_retirement() -> None:
+    """The I/O case on 16 cores: 164 ms of sleep per batch, a 5 ms step: 164 * 1.2 / 5 ->
+    40 workers (32 just keep up). 16 workers started together answer in bursts, so a
+    window's wait (two thirds) says 48; windows between bursts have no answer at all."""
+    tuner = Tuner(AutotuneOptions(initial_workers=16, cpu_budget=16), 64, 2, True)
+    clock = StepClock()
+    _window(tuner, clock, 3, wait_s=0.01, step_s=0.005, busy_s=0.164, cpu=0.01)
+    assert tuner.active == 40  # the need, not the pace of a burst (48)
+    actives = _run(tuner, clock, 8, wait_s=0.0, step_s=0.005, busy_s=0.164, answers=False)
+    assert actives == [40] * 8  # no answer is no measure: 40 stay
+    # started at more than that, quiet: down to the need in one move, not one by one
+    tuner = Tuner(AutotuneOptions(initial_workers=60, cpu_budget=16), 64, 2, True)
+    _window(tuner, clock := StepClock(), 3, wait_s=0.0, step_s=0.005, busy_s=0.164)
+    actives = _run(tuner, clock, 6, wait_s=0.0, step_s=0.005, busy_s=0.164, answers=False)
+    assert actives[-1] == 40 and set(actives) == {60, 40}
 
 
 def test_a_count_at_which_the_loop_waited_is_not_retired_to_until_the_step_changes() -> None:
-    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    tuner = Tuner(AutotuneOptions(initial_workers=4, cpu_budget=16), 8, 2, True)
     clock = StepClock()
-    _window(tuner, clock, 5, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 5 waits a little: 6
-    assert tuner.active == 6
-    # quiet now, and the model says 5 suffice: 5 was seen short, so 6 stays
-    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.04) == [6] * 6
-    # the step doubles: 3 suffice (with twice the headroom), retired one at a time
+    _window(tuner, clock, 5, wait_s=0.001, step_s=0.01, busy_s=0.04)  # 4 wait: 5 needed
+    assert tuner.active == 5
+    # quiet now, and the model says 4 suffice: 4 was seen short, so 5 stay
+    assert _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.028) == [5] * 6
+    # the step doubles: 3 suffice (with twice the headroom), retired to in one move
     actives = _run(tuner, clock, 16, wait_s=0.0, step_s=0.02, busy_s=0.04)
     assert actives[-1] == 3 and sorted(actives, reverse=True) == actives
+
+
+def test_far_behind_with_enough_workers_by_the_busy_time_deepens_not_widens() -> None:
+    """Bursts: the loop waited 9 % though the model says 5 workers suffice."""
+    tuner = Tuner(AutotuneOptions(initial_workers=5, cpu_budget=16), 8, 2, True)
+    _window(tuner, StepClock(), 5, wait_s=0.001, step_s=0.01, busy_s=0.04)
+    assert (tuner.active, tuner.per_worker) == (5, 3)
 
 
 def test_waits_with_batches_ready_are_the_main_process_s_and_change_nothing() -> None:

@@ -8,15 +8,17 @@ time (and CPU time) per batch. From those it computes the workers the step needs
 ``ceil(busy per batch * (1 + headroom) / step)``.
 
 - Up fast: while the loop waits it decides every quarter window. Far behind (waiting more
-  than four times the target share) it scales the workers by the pace they kept
-  (``active * (step + wait) / step``: one window from 1 to the count needed), else it
-  takes them to the need, or (enough workers: bursty tasks) gives each one more task in
+  than four times the target share) with no busy time reported yet it scales the workers
+  by the pace they kept (``active * (step + wait) / step``: one window from 1 to the
+  count needed); else it takes them to the need, or (enough workers by the busy time:
+  bursts, as many workers started together answer together) gives each one more task in
   flight. When the
   workers spend their busy time off the CPU while remote requests run, it also raises the
   remote readers' read-ahead (`Tuning`, `conveyor.storage.read_window`).
-- Down slowly: one worker after two quiet full windows, only while twice the headroom
-  remains, and never to a count at which the loop was seen waiting until the step time
-  moves by a quarter (no oscillation).
+- Down in one move: after two quiet full windows, while twice the headroom remains, to
+  the count the step needs (with the headroom once), and never to a count at which the
+  loop was seen waiting until the step time moves by a quarter (no oscillation). A
+  window in which no worker answered keeps the last busy time (bursts: no measure).
 - A change is judged only on batches dispatched after it: the tasks already in flight
   are delivered first (in order), so the next window starts after them.
 
@@ -84,13 +86,19 @@ class _Rates:
     share per task, how much of the wait was for batches already there (the main process's
     own: receiving them), remote requests, the workers the step needs."""
 
-    def __init__(self, before: _Window, now: _Window, headroom: float) -> None:
+    def __init__(
+        self, before: _Window, now: _Window, headroom: float, last: _Rates | None = None
+    ) -> None:
         batches = max(1, now.batches - before.batches)
         wait, step = now.wait_s - before.wait_s, now.compute_s - before.compute_s
         tasks = now.worker_batches - before.worker_batches
         busy_s = now.busy_s - before.busy_s
-        self.busy = busy_s / tasks if tasks else 0.0
-        self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s) if busy_s > 0 else 1.0
+        # many workers started together answer in bursts: a window may see no answer, and
+        # then the last measured busy time and CPU share stand (none yet: 0 and 1)
+        self.busy: float = busy_s / tasks if tasks else (last.busy if last else 0.0)
+        self.cpu_share: float = last.cpu_share if last else 1.0
+        if busy_s > 0:
+            self.cpu_share = min(1.0, (now.cpu_s - before.cpu_s) / busy_s)
         self.wait_share = wait / (wait + step) if wait + step > 0 else 0.0
         ready_wait = now.ready_wait_s - before.ready_wait_s
         self.ready_wait_share = ready_wait / wait if wait > 0 else 0.0
@@ -125,6 +133,7 @@ class Tuner:
         self._too_few = 0  # the most workers at which the loop was seen waiting
         self._too_few_step = 0.0  # the step time then
         self._window: _Window | None = None
+        self._last: _Rates | None = None  # the last window's (busy time, CPU share)
         self._judged_from = 0  # batches before this were dispatched before the last change
 
     @property
@@ -149,7 +158,8 @@ class Tuner:
         if clock.batches - self._window.batches < length:
             return None
         before, self._window = self._window, _Window(clock)
-        rates = _Rates(before, self._window, self.options.headroom)
+        rates = _Rates(before, self._window, self.options.headroom, self._last)
+        self._last = rates
         in_flight = self.tasks_in_flight
         decision = self._decide(rates, clock.bytes_moved / max(1, clock.batches), clock.batches)
         if decision is not None:
@@ -177,7 +187,7 @@ class Tuner:
             self._quiet_windows += 1
             if self._quiet_windows >= 2:
                 self._quiet_windows = 0
-                active -= 1
+                active = max(self._floor(), rates.need)
                 reason = f"no wait, {rates.need} of {self.active} workers suffice"
         else:
             self._quiet_windows = 0
@@ -193,10 +203,14 @@ class Tuner:
         most = self._most_workers(rates.cpu_share)
         waited = f"the loop waited {rates.wait_share:.0%} of its time"
         far_behind = rates.wait_share > _FAR_BEHIND * self.options.target_wait_share
+        # far behind with the busy time known and enough workers by it: bursts (deeper)
+        far_behind = far_behind and rates.busy <= 0
         if self.workers_tunable and active < most and (far_behind or rates.need > active):
-            # the workers delivered a batch per (step + wait): the rate scales with them
+            # the workers delivered a batch per (step + wait): the rate scales with them.
+            # Workers started together deliver in bursts, so a window's wait overstates
+            # what is missing: the need, once their busy time is known and it is more.
             pace = math.ceil(active / max(1.0 - rates.wait_share, 0.05) - 1e-9)
-            grown = max(active + 1, pace, rates.need)
+            grown = max(active + 1, rates.need if rates.need > active else pace)
             return min(most, grown), per_worker, f"{waited}; {grown} workers keep pace"
         if per_worker < self.options.max_prefetch_factor:
             return active, per_worker + 1, f"{waited} with enough workers: deeper prefetch"
@@ -214,10 +228,12 @@ class Tuner:
         said = f"workers wait on remote reads: read-ahead {read_ahead} blocks"
         return read_ahead, f"{reason}; {said}" if reason else said
 
+    def _floor(self) -> int:
+        return max(self.options.min_workers, self._too_few + 1)
+
     def _may_retire(self, rates: _Rates) -> bool:
-        floor = max(self.options.min_workers, self._too_few + 1)
-        enough = rates.workers_for(2 * rates.headroom) < self.active
-        return self.workers_tunable and enough and self.active > floor
+        enough = rates.busy > 0 and rates.workers_for(2 * rates.headroom) < self.active
+        return self.workers_tunable and enough and self.active > self._floor()
 
     def _decided(self, batch: int, reason: str) -> Decision:
         from conveyor.stats.report import Decision  # loaded with the first change (S4)
