@@ -79,6 +79,19 @@ def test_in_flight_orphans_only_the_unanswered_tasks_of_an_ended_worker() -> Non
     assert ledger.holds(0) and not ledger.holds(1)
 
 
+def test_a_task_sent_before_the_end_of_stream_stays_awaited_if_answered_later() -> None:
+    """Ray can report worker 1's end of stream (task 3) before its last batch (task 1): that
+    batch is still coming and must not be orphaned (it was lost, and the epoch ended short)."""
+    ledger = InFlight()
+    for task_id in range(6):
+        ledger.dispatch(task_id, worker_id=task_id % 2, position=task_id)
+    assert ledger.answer(3) is not None  # worker 1's end of stream, answered first
+    ledger.drop(3)
+    assert ledger.orphan(1, after=3) == [5]  # sent after the end: never answered
+    assert ledger.holds(1) and ledger.answer(1) is not None  # the batch before it arrives
+    assert ledger.deliver(1).position == 1
+
+
 def test_round_robin_skips_retired_workers_and_can_peek() -> None:
     dealer = RoundRobin(3)
     assert [dealer.next() for _ in range(4)] == [0, 1, 2, 0]

@@ -83,12 +83,15 @@ class InFlight:
         if ticket is not None:
             self._forget(ticket)
 
-    def orphan(self, worker_id: int) -> list[int]:
-        """Forget the awaited tasks of a worker that will not answer them; their ids."""
+    def orphan(self, worker_id: int, after: int = -1) -> list[int]:
+        """Forget the awaited tasks of a worker that will not answer them (those sent after
+        task ``after``); their ids. A worker answers in the order sent, so a task sent
+        before the one its stream ended at is still answered, even when its answer comes
+        second (Ray may report a small end-of-stream reply ready before a batch)."""
         orphans = [
             task_id
             for task_id, ticket in self._tickets.items()
-            if ticket.worker_id == worker_id and not ticket.answered
+            if ticket.worker_id == worker_id and not ticket.answered and task_id > after
         ]
         for task_id in orphans:
             self._forget(self._tickets.pop(task_id))

@@ -301,7 +301,7 @@ class MultiWorkerIterator(LoaderIterator, TorchMultiProcessingLoaderIter):
         """The worker's stream is exhausted: forget its queued tasks, stop sending it more."""
         self._dealer.retire(worker_id)
         self._in_flight.drop(end_task_id)
-        orphans = self._in_flight.orphan(worker_id)
+        orphans = self._in_flight.orphan(worker_id, after=end_task_id)
         self._buffer.forget([end_task_id, *orphans])
         if not self._worker_options.persistent_workers:
             self._require_pool().retire(worker_id)
