@@ -50,7 +50,15 @@ class Verdict:
 
 
 def classify(stats: LoaderStats) -> Verdict:
-    """The verdict for one epoch's counters (see the module docstring for the rules)."""
+    """The verdict for one epoch's counters (see the module docstring for the rules); with
+    ``profile_stages``, whatever the verdict, it names the slowest stage."""
+    verdict = _classify(stats)
+    if "slowest stage" in verdict.text:
+        return verdict
+    return Verdict(verdict.kind, verdict.loader_bound, verdict.text + _stage(stats))
+
+
+def _classify(stats: LoaderStats) -> Verdict:
     from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
 
     if not stats.batches:
