@@ -15,9 +15,11 @@ import io
 import json
 import os
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,10 @@ from PIL import Image
 from conveyor import DataLoader
 from conveyor.engine.loop import base_iterator
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from sample_datasets import Frames  # tests/: the pin-thread scenario's batch type
 
 
 def _spin(seconds: float) -> None:
@@ -82,21 +88,6 @@ class CheapToMake(Items):
 def _slow_collate(batch: list[int]) -> list[int]:
     _spin(0.012)
     return batch
-
-
-class Frames:
-    """A batch of per-sample uint8 arrays whose ``pin_memory()`` stacks and normalises them
-    into one pinned float tensor (SPEC §4: custom types pin themselves): real work in the
-    pin stage. Without an accelerator the tensor is returned unpinned."""
-
-    def __init__(self, arrays: list[np.ndarray[Any, Any]]) -> None:
-        self.arrays = arrays
-
-    def pin_memory(self) -> torch.Tensor:
-        for _ in self.arrays:
-            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
-        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
-        return stacked.pin_memory() if torch.cuda.is_available() else stacked
 
 
 class Planes(Items):
@@ -297,7 +288,6 @@ def _rank_imbalance(batches: int) -> Any:
     """The rank-imbalance scenario through real torchrun (2 ranks); None if unavailable."""
     import socket
     import subprocess
-    import sys
     import tempfile
 
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():

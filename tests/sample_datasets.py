@@ -1,4 +1,5 @@
-"""Datasets shared by tests. Module level, so spawn/forkserver workers can import them."""
+"""Datasets and batch types shared by tests and benchmarks. Module level, so spawn/forkserver
+workers can import them."""
 
 from __future__ import annotations
 
@@ -287,3 +288,27 @@ class Augmented:
         noise = torch.rand(3, generator=rng.torch)
         jitter = rng.random.random() + float(rng.numpy.standard_normal())
         return torch.cat([torch.tensor([float(i), jitter]), noise])
+
+
+class Frames:
+    """A batch type that pins itself (SPEC §4): ``pin_memory()`` stacks and normalises the
+    per-sample uint8 arrays into one float tensor (pinned where an accelerator exists), so
+    the pin stage, which one thread does for every batch, does real work. The doctor's
+    pin-thread scenario (tests/integration/test_doctor.py, benchmarks/doctor_scenarios.py).
+    """
+
+    def __init__(self, arrays: list[np.ndarray[Any, Any]]) -> None:
+        self.arrays = arrays
+
+    def pin_memory(self) -> torch.Tensor:
+        for _ in self.arrays:
+            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
+        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
+        return stacked.pin_memory() if torch.cuda.is_available() else stacked
+
+
+def _spin(seconds: float) -> None:
+    """Busy-wait: a Python CPU cost (a sleep would free the core)."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass

@@ -26,6 +26,8 @@ from conveyor.engine.loop import base_iterator
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 from conveyor.vision import CenterCropDecoder
 
+from sample_datasets import Frames
+
 
 def _spin(seconds: float) -> None:
     deadline = time.perf_counter() + seconds
@@ -199,21 +201,6 @@ class Planes(Items):
 
     def __getitem__(self, i: int) -> Any:
         return np.full((512, 1024), i % 251, dtype=np.uint8)
-
-
-class Frames:
-    """A batch type that pins itself (SPEC §4): its ``pin_memory()`` stacks and normalises
-    the planes into one float tensor (pinned where an accelerator exists). Work in the pin
-    stage, which one thread does for every batch."""
-
-    def __init__(self, arrays: list[Any]) -> None:
-        self.arrays = arrays
-
-    def pin_memory(self) -> torch.Tensor:
-        for _ in self.arrays:
-            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
-        stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
-        return stacked.pin_memory() if torch.cuda.is_available() else stacked
 
 
 def test_the_pin_thread_is_measured_and_named_when_it_sets_the_pace(
