@@ -5,11 +5,10 @@ argv: OUT N FULLSYNC. Rank 0 writes [{rank, seen: {epoch: [ids]}, batches: {epoc
 
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
-import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 from conveyor import DataLoader
 from conveyor.datapipes.iter import IterableWrapper
@@ -17,8 +16,11 @@ from conveyor.datapipes.iter import IterableWrapper
 
 def main() -> None:
     out_path, n, fullsync = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    with process_group() as rank:
+        write_gathered(out_path, {"rank": rank, **load(n, fullsync, rank)})
+
+
+def load(n: int, fullsync: bool, rank: int) -> dict[str, object]:
     dp = IterableWrapper(range(n)).shuffle(buffer_size=1000).sharding_filter()
     loader = DataLoader(
         dp,
@@ -35,13 +37,7 @@ def main() -> None:
         got = list(loader)
         batches[epoch] = len(got)
         seen[epoch] = [int(i) for b in got for i in b]
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, {"rank": rank, "seen": seen, "batches": batches})
-    if rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
+    return {"seen": seen, "batches": batches}
 
 
 if __name__ == "__main__":

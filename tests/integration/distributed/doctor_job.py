@@ -7,13 +7,13 @@ as JSON: [{rank, bottleneck, evidence, fix_changes, predicted_gain, measured_gai
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 from conveyor import DataLoader, DistributedSampler
 
@@ -40,23 +40,18 @@ def step(batch: Any) -> None:
 
 def main() -> None:
     out_path, batches = sys.argv[1], int(sys.argv[2])
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    with process_group() as rank:
+        write_gathered(out_path, {"rank": rank, **diagnose(rank, batches)})
+
+
+def diagnose(rank: int, batches: int) -> dict[str, Any]:
     data = Items(4000, LATENCY_S[rank])
     loader = DataLoader(
         data, batch_size=2, num_workers=1, worker_type="thread", sampler=DistributedSampler(data)
     )
     report = loader.doctor(step, batches=batches).as_dict()
     keys = ("bottleneck", "evidence", "fix_changes", "predicted_gain", "measured_gain")
-    record = {key: report[key] for key in (*keys, "step_floor_ms", "period_ms", "duration_s")}
-    record["rank"] = rank
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, record)
-    if rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
+    return {key: report[key] for key in (*keys, "step_floor_ms", "period_ms", "duration_s")}
 
 
 if __name__ == "__main__":

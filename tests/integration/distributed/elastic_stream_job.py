@@ -11,8 +11,9 @@ import itertools
 import pickle
 import sys
 from collections.abc import Iterator
+from typing import Any
 
-import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 from conveyor import DataLoader, ShardedStream
 
@@ -26,26 +27,25 @@ def read(shard: list[str], offset: int) -> Iterator[str]:
 
 def main() -> None:
     out_path, num_workers, take = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    dist.init_process_group("gloo")
+    state_path = sys.argv[4] if len(sys.argv) > 4 else None
+    with process_group() as rank:
+        record = {"rank": rank, **take_batches(num_workers, take, state_path)}
+        write_gathered(out_path, record, pickled=True)
+
+
+def take_batches(num_workers: int, take: int, state_path: str | None) -> dict[str, Any]:
     loader = DataLoader(
         ShardedStream(SHARDS, read, shuffle=True, seed=5), batch_size=2, num_workers=num_workers
     )
-    if len(sys.argv) > 4:
-        with open(sys.argv[4], "rb") as fh:
+    if state_path is not None:
+        with open(state_path, "rb") as fh:
             loader.load_state_dict(pickle.load(fh))
     it = iter(loader)
     batches = itertools.islice(it, None if take < 0 else take)
     samples = [x for batch in batches for x in batch]
     state = loader.state_dict()
     del it
-    record = {"rank": dist.get_rank(), "samples": samples, "state": state}
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, record)
-    if dist.get_rank() == 0:
-        with open(out_path, "wb") as fh:
-            pickle.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
+    return {"samples": samples, "state": state}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import torch
-import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 from conveyor import DataLoader
 from conveyor.datapipes.iter.loading import TarShards
@@ -28,7 +28,15 @@ def keys(samples: list[dict[str, Any]]) -> list[str]:
 def main() -> None:
     out_path, shard_dir = sys.argv[1], sys.argv[2]
     num_workers, take = int(sys.argv[3]), int(sys.argv[4])
-    dist.init_process_group("gloo")
+    state_path = sys.argv[5] if len(sys.argv) > 5 else None
+    with process_group() as rank:
+        record = {"rank": rank, **take_batches(shard_dir, num_workers, take, state_path, rank)}
+        write_gathered(out_path, record, pickled=True)
+
+
+def take_batches(
+    shard_dir: str, num_workers: int, take: int, state_path: str | None, rank: int
+) -> dict[str, Any]:
     shards = sorted(glob.glob(os.path.join(shard_dir, "*.tar")))
     pipe = TarShards(shards, decode=None, shuffle=True, shuffle_buffer=4, seed=9)
     loader = DataLoader(
@@ -36,24 +44,17 @@ def main() -> None:
         batch_size=2,
         num_workers=num_workers,
         collate_fn=keys,
-        generator=torch.Generator().manual_seed(dist.get_rank()),
+        generator=torch.Generator().manual_seed(rank),
     )
-    if len(sys.argv) > 5:
-        with open(sys.argv[5], "rb") as fh:
+    if state_path is not None:
+        with open(state_path, "rb") as fh:
             loader.load_state_dict(pickle.load(fh))
     it = iter(loader)
     batches = itertools.islice(it, None if take < 0 else take)
     samples = [x for batch in batches for x in batch]
     state = loader.state_dict()
     del it
-    record = {"rank": dist.get_rank(), "samples": samples, "state": state}
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, record)
-    if dist.get_rank() == 0:
-        with open(out_path, "wb") as fh:
-            pickle.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
+    return {"samples": samples, "state": state}
 
 
 if __name__ == "__main__":

@@ -10,19 +10,25 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+from typing import Any
 
-import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 from conveyor import DataLoader, GlobalShuffleSampler
 
 
 def main() -> None:
     out_path, n, take = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    dist.init_process_group("gloo")
+    state_path = sys.argv[4] if len(sys.argv) > 4 else None
+    with process_group() as rank:
+        write_gathered(out_path, {"rank": rank, **take_and_load(n, take, state_path)})
+
+
+def take_and_load(n: int, take: int, state_path: str | None) -> dict[str, Any]:
     sampler = GlobalShuffleSampler(n, seed=7)  # num_replicas and rank from the group
     sampler.set_epoch(1)
-    if len(sys.argv) > 4:
-        with open(sys.argv[4]) as fh:
+    if state_path is not None:
+        with open(state_path) as fh:
             sampler.load_state_dict(json.load(fh))
         sampler.set_epoch(1)
     taken = list(itertools.islice(iter(sampler), take))
@@ -32,21 +38,12 @@ def main() -> None:
     loader_sampler.set_epoch(1)
     loader = DataLoader(list(range(n)), batch_size=4, sampler=loader_sampler, num_workers=2)
     loaded = [int(i) for batch in loader for i in batch]
-
-    record = {
-        "rank": dist.get_rank(),
+    return {
         "world": loader_sampler.num_replicas,
         "taken": taken,
         "state": state,
         "loaded": loaded,
     }
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, record)
-    if dist.get_rank() == 0:
-        with open(out_path, "w") as fh:
-            json.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

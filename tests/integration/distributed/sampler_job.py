@@ -5,11 +5,12 @@ Writes, from rank 0, a JSON file mapping epoch -> rank -> list of sample ids.
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
+from typing import Any
 
 import torch.distributed as dist
+from process_group import process_group, write_gathered
 
 import conveyor
 
@@ -27,8 +28,11 @@ class Ids:
 
 def main() -> None:
     out_path, n, drop_last = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    with process_group() as rank:
+        write_gathered(out_path, {"rank": rank, **load_shards(n, drop_last)})
+
+
+def load_shards(n: int, drop_last: bool) -> dict[str, Any]:
     # rank and world size come from torch.distributed: none are passed
     sampler = conveyor.DistributedSampler(Ids(n), shuffle=True, seed=7, drop_last=drop_last)
     loader = conveyor.DataLoader(Ids(n), batch_size=4, sampler=sampler, num_workers=2)
@@ -44,21 +48,13 @@ def main() -> None:
         warnings.simplefilter("always")
         for _ in range(2):
             list(plain)
-    gathered: list[object] = [None] * world
-    record = {
-        "rank": rank,
-        "world": world,
+    return {
+        "world": dist.get_world_size(),
         "seen": seen,
         "batches": len(loader),
         "sharded_warnings": [str(w.message) for w in sharded_warnings],
         "plain_warnings": [str(w.message) for w in plain_warnings],
     }
-    dist.all_gather_object(gathered, record)
-    if rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

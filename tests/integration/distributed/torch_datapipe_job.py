@@ -8,14 +8,13 @@ writes [{rank, runs: {name: [[epoch items], ...]}}].
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.utils.data as torch_data
+from process_group import process_group, write_gathered
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import conveyor
@@ -35,8 +34,11 @@ def epochs(loader: Any) -> list[list[int]]:
 
 def main() -> None:
     out_path = sys.argv[1]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    with process_group() as rank:
+        write_gathered(out_path, {"rank": rank, "runs": load_each_way()})
+
+
+def load_each_way() -> dict[str, list[list[int]]]:
     warnings.simplefilter("ignore")  # torch's DataPipes warn about deprecation
     runs: dict[str, list[list[int]]] = {}
     for num_workers in (0, 2):
@@ -61,13 +63,7 @@ def main() -> None:
             generator=torch.Generator().manual_seed(5),
         )
     )
-    gathered: list[object] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, {"rank": rank, "runs": runs})
-    if rank == 0:
-        with open(out_path, "w") as fh:
-            json.dump(gathered, fh)
-    dist.barrier()
-    dist.destroy_process_group()
+    return runs
 
 
 if __name__ == "__main__":
