@@ -56,6 +56,13 @@ def _loader(autotune: Any, worker_type: str = "process", **kwargs: Any) -> DataL
     )
 
 
+def _one_per_batch(data: Latency, options: AutotuneOptions, *, num_workers: int) -> DataLoader[Any]:
+    """Batches of one sample from up to ``num_workers`` thread workers, tuned by ``options``."""
+    return DataLoader(
+        data, batch_size=1, num_workers=num_workers, worker_type="thread", autotune=options
+    )
+
+
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_autotune_delivers_the_fixed_loader_s_batches_in_its_order(worker_type: str) -> None:
     fixed = _train(_loader(False, worker_type), 0.0)
@@ -80,13 +87,8 @@ def test_resume_with_autotune_is_exact() -> None:
 
 def test_it_adds_workers_while_the_loop_waits(caplog: pytest.LogCaptureFixture) -> None:
     """Items cost 20 ms of latency, the step 4 ms: one worker makes the loop wait."""
-    loader = DataLoader(
-        Latency(160, 0.02),
-        batch_size=1,
-        num_workers=4,
-        worker_type="thread",
-        autotune=AutotuneOptions(initial_workers=1, window_batches=6),
-    )
+    options = AutotuneOptions(initial_workers=1, window_batches=6)
+    loader = _one_per_batch(Latency(160, 0.02), options, num_workers=4)
     with caplog.at_level(logging.INFO, logger="conveyor.autotune"):
         _train(loader, 0.004)
     decisions = loader.stats().decisions
@@ -98,13 +100,8 @@ def test_it_adds_workers_while_the_loop_waits(caplog: pytest.LogCaptureFixture) 
 
 def test_it_retires_workers_while_the_loop_does_not_wait() -> None:
     """Items are free, the step takes 10 ms: one worker keeps up, so three retire."""
-    loader = DataLoader(
-        Latency(120, 0.0),
-        batch_size=1,
-        num_workers=4,
-        worker_type="thread",
-        autotune=AutotuneOptions(initial_workers=4, window_batches=6),
-    )
+    options = AutotuneOptions(initial_workers=4, window_batches=6)
+    loader = _one_per_batch(Latency(120, 0.0), options, num_workers=4)
     _train(loader, 0.01)
     decisions = loader.stats().decisions
     actives = [d.active_workers for d in decisions]
@@ -130,13 +127,8 @@ def test_persistent_workers_keep_the_tuner_across_epochs_and_the_batches() -> No
 def test_it_decides_from_the_first_batches_not_after_full_windows() -> None:
     """One worker, 20 ms items, a 4 ms step: the loop waits from the start, so the first
     change comes within a few batches and takes the workers to the pace needed at once."""
-    loader = DataLoader(
-        Latency(48, 0.02),
-        batch_size=1,
-        num_workers=6,
-        worker_type="thread",
-        autotune=AutotuneOptions(initial_workers=1),  # window_batches: the default 8
-    )
+    options = AutotuneOptions(initial_workers=1)  # window_batches: the default 8
+    loader = _one_per_batch(Latency(48, 0.02), options, num_workers=6)
     _train(loader, 0.004)
     first = loader.stats().decisions[0]
     assert first.batch <= 4 and first.active_workers >= 4, first
@@ -144,13 +136,7 @@ def test_it_decides_from_the_first_batches_not_after_full_windows() -> None:
 
 def test_after_the_step_halves_it_adds_workers_and_then_holds_within_one() -> None:
     """10 ms items; the step goes from 6 ms to 3 ms half way: more workers are needed."""
-    loader = DataLoader(
-        Latency(240, 0.01),
-        batch_size=1,
-        num_workers=8,
-        worker_type="thread",
-        autotune=AutotuneOptions(initial_workers=2),
-    )
+    loader = _one_per_batch(Latency(240, 0.01), AutotuneOptions(initial_workers=2), num_workers=8)
     for index, _batch in enumerate(loader):
         time.sleep(0.006 if index < 120 else 0.003)
     decisions = loader.stats().decisions
