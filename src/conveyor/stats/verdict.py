@@ -51,10 +51,8 @@ class Verdict:
 
 def classify(stats: LoaderStats) -> Verdict:
     """The verdict for one epoch's counters (see the module docstring for the rules); with
-    ``profile_stages``, whatever the verdict, it names the slowest stage."""
+    ``profile_stages``, whatever the verdict, it ends naming the slowest stage."""
     verdict = _classify(stats)
-    if "slowest stage" in verdict.text:
-        return verdict
     return Verdict(verdict.kind, verdict.loader_bound, verdict.text + _stage(stats))
 
 
@@ -67,7 +65,7 @@ def _classify(stats: LoaderStats) -> Verdict:
         return Verdict(STEP, False, _keeps_up(stats))
     if not stats.workers:
         text = "the loader is the bottleneck (it loads in the training loop's process)"
-        return Verdict(IN_LOOP, True, text + _stage(stats) + ": add workers (num_workers > 0)")
+        return Verdict(IN_LOOP, True, text + ": add workers (num_workers > 0)")
     period = stats.elapsed_s / stats.batches
     if stats.pins and stats.pin_s / stats.pins >= PIN_BUSY_SHARE * period:
         return Verdict(
@@ -137,23 +135,23 @@ def _workers_busy(stats: LoaderStats) -> Verdict:
         return Verdict(
             WORKERS_WAIT,
             True,
-            f"the loader is the bottleneck{_stage(stats)}: workers busy {per_batch_ms:.1f} ms "
+            f"the loader is the bottleneck: workers busy {per_batch_ms:.1f} ms "
             f"per batch but on a CPU only {cpu_share:.0%} of it (waiting on I/O, on the GIL "
             "with thread workers, or for a CPU the machine is short of): add workers or read "
             "ahead if CPUs are free",
         )
-    text = "the loader is the bottleneck" + _stage(stats)
     slowest = stats.slowest_worker()
     worker = "" if slowest is None else f"; slowest worker {slowest.worker_id}"
     return Verdict(
         WORKERS_CPU,
         True,
-        f"{text} (workers busy {per_batch_ms:.1f} ms per batch{worker}): add workers or make "
-        "__getitem__/collate cheaper",
+        f"the loader is the bottleneck (workers busy {per_batch_ms:.1f} ms per batch{worker}): "
+        "add workers or make __getitem__/collate cheaper",
     )
 
 
 def _stage(stats: LoaderStats) -> str:
+    """``profile_stages``' answer, phrased to end any verdict; empty without it."""
     stage = stats.slowest_stage()
     if stage is None:
         return ""
