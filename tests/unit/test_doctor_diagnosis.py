@@ -10,7 +10,8 @@ from conveyor.doctor import LoaderFacts
 from conveyor.doctor.diagnosis import cores_for_workers, diagnose
 from conveyor.doctor.measure import Measurement
 from conveyor.doctor.ranks import across_ranks
-from conveyor.stats.report import LoaderStats, WorkerStats
+from conveyor.stats.figures import WorkerStats
+from conveyor.stats.report import LoaderStats
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 FACTS = LoaderFacts(num_workers=2, worker_type="process", in_order=True, prefetch_factor=2, cpus=8)

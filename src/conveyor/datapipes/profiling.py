@@ -14,7 +14,7 @@ from typing import Any
 
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.datapipes.graph import DataPipeGraph, traverse_dps
-from conveyor.stats.report import StageProfile
+from conveyor.stats.figures import StageProfile
 
 __all__ = ["PipelineProfile", "StageProfile", "StageTimers", "profile_pipeline"]
 

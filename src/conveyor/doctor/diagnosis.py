@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.doctor.measure import Measurement
-from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
-from conveyor.stats.verdict import CPU_SHARE, PIN_BUSY_SHARE, STRAGGLER_RATIO
+from conveyor.stats.verdict import (
+    BOTTLENECK_WAIT_SHARE,
+    CPU_SHARE,
+    PIN_BUSY_SHARE,
+    STRAGGLER_RATIO,
+)
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 __all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]

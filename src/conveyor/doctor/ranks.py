@@ -16,7 +16,7 @@ from typing import Any
 from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.doctor.diagnosis import Diagnosis, Fix
 from conveyor.doctor.measure import Measurement
-from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
+from conveyor.stats.verdict import BOTTLENECK_WAIT_SHARE
 
 __all__ = ["IMBALANCE_RATIO", "across_ranks"]
 

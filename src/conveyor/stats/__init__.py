@@ -15,14 +15,15 @@ from conveyor.stats.progress import progress
 
 if TYPE_CHECKING:
     from conveyor.stats.counters import StepClock
-    from conveyor.stats.report import LoaderStats, StageProfile, WorkerStats
+    from conveyor.stats.figures import StageProfile, WorkerStats
+    from conveyor.stats.report import LoaderStats
 
 __all__ = ["LoaderStats", "StageProfile", "StepClock", "WorkerStats", "progress"]
 
 _MODULES = {
     "LoaderStats": "conveyor.stats.report",
-    "StageProfile": "conveyor.stats.report",
-    "WorkerStats": "conveyor.stats.report",
+    "StageProfile": "conveyor.stats.figures",
+    "WorkerStats": "conveyor.stats.figures",
     "StepClock": "conveyor.stats.counters",
 }
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from conveyor.stats.requests import RequestCounts
 
 if TYPE_CHECKING:
-    from conveyor.stats.report import LoaderStats, StageProfile
+    from conveyor.stats.figures import StageProfile
+    from conveyor.stats.report import LoaderStats
 
 __all__ = ["StepClock"]
 
@@ -66,7 +67,7 @@ class StepClock:
         self.pin_s = 0.0  # time in pin_memory (the pin thread's busy time, or next()'s)
         self.pins = 0
         self.pin_receive_cpu_s = 0.0  # the pin thread's CPU between pins (receiving batches)
-        self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.report.Decision)
+        self.decisions: list[Any] = []  # autotune's changes (conveyor.stats.figures.Decision)
         self.skipped = 0
         self.bytes_moved = 0
         self.startup_s = 0.0
@@ -135,7 +136,8 @@ class StepClock:
         self.samples += samples
 
     def snapshot(self) -> LoaderStats:
-        from conveyor.stats.report import LoaderStats, WorkerStats
+        from conveyor.stats.figures import WorkerStats
+        from conveyor.stats.report import LoaderStats
 
         workers = tuple(
             WorkerStats(w, int(c[0]), c[1], c[2], c[3], c[4])
@@ -165,7 +167,7 @@ class StepClock:
         )
 
     def _stages(self) -> tuple[StageProfile, ...]:
-        from conveyor.stats.report import merge_stages
+        from conveyor.stats.figures import merge_stages
 
         if self.stage_source is not None:
             return self.stage_source()

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from conveyor.stats.report import LoaderStats
+    from conveyor.stats.figures import EpochFigures
 
-__all__ = ["BUSY_SHARE", "READY_SHARE", "Verdict", "classify"]
+__all__ = ["BOTTLENECK_WAIT_SHARE", "BUSY_SHARE", "READY_SHARE", "Verdict", "classify"]
 
+BOTTLENECK_WAIT_SHARE = 0.10  # the loop waits in next() above this share of its time: loader-bound
 BUSY_SHARE = 0.6  # workers busy at least this share of the time: they limit the loader
 READY_SHARE = 0.8  # batches ready when asked at least this often: workers keep ahead
 CPU_SHARE = 0.5  # below this share of busy time on a CPU, workers mostly wait (I/O, GIL)
@@ -49,16 +50,14 @@ class Verdict:
     text: str
 
 
-def classify(stats: LoaderStats) -> Verdict:
+def classify(stats: EpochFigures) -> Verdict:
     """The verdict for one epoch's counters (see the module docstring for the rules); with
     ``profile_stages``, whatever the verdict, it ends naming the slowest stage."""
     verdict = _classify(stats)
     return Verdict(verdict.kind, verdict.loader_bound, verdict.text + _stage(stats))
 
 
-def _classify(stats: LoaderStats) -> Verdict:
-    from conveyor.stats.report import BOTTLENECK_WAIT_SHARE
-
+def _classify(stats: EpochFigures) -> Verdict:
     if not stats.batches:
         return Verdict(NOTHING, False, "nothing loaded yet")
     if stats.wait_share <= BOTTLENECK_WAIT_SHARE:
@@ -99,7 +98,7 @@ def _classify(stats: LoaderStats) -> Verdict:
     )
 
 
-def _keeps_up(stats: LoaderStats) -> str:
+def _keeps_up(stats: EpochFigures) -> str:
     """The loop hardly waits; workers busy on a CPU may still slow the step itself."""
     text = "the loader keeps up; the training step is the bottleneck"
     cpu_s = sum(w.cpu_s for w in stats.workers)
@@ -112,7 +111,7 @@ def _keeps_up(stats: LoaderStats) -> str:
     return text
 
 
-def _straggler(stats: LoaderStats) -> Verdict | None:
+def _straggler(stats: EpochFigures) -> Verdict | None:
     mean = sum(w.busy_s for w in stats.workers) / max(1, sum(w.batches for w in stats.workers))
     longest = max(w.longest_s for w in stats.workers)
     if mean > 0 and longest >= STRAGGLER_RATIO * mean and stats.mean_held_while_waiting >= 1:
@@ -126,7 +125,7 @@ def _straggler(stats: LoaderStats) -> Verdict | None:
     return None
 
 
-def _workers_busy(stats: LoaderStats) -> Verdict:
+def _workers_busy(stats: EpochFigures) -> Verdict:
     busy_s = sum(w.busy_s for w in stats.workers)
     cpu_share = sum(w.cpu_s for w in stats.workers) / busy_s if busy_s > 0 else 1.0
     batches = sum(w.batches for w in stats.workers)
@@ -150,7 +149,7 @@ def _workers_busy(stats: LoaderStats) -> Verdict:
     )
 
 
-def _stage(stats: LoaderStats) -> str:
+def _stage(stats: EpochFigures) -> str:
     """``profile_stages``' answer, phrased to end any verdict; empty without it."""
     stage = stats.slowest_stage()
     if stage is None:

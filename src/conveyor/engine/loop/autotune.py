@@ -43,7 +43,7 @@ from conveyor.engine.loop.autotune_options import (
 
 if TYPE_CHECKING:
     from conveyor.stats.counters import StepClock
-    from conveyor.stats.report import Decision
+    from conveyor.stats.figures import Decision
 
 __all__ = ["AutotuneOptions", "Tuner", "autotune_options", "available_cpus"]
 
@@ -236,7 +236,7 @@ class Tuner:
         return self.workers_tunable and enough and self.active > self._floor()
 
     def _decided(self, batch: int, reason: str) -> Decision:
-        from conveyor.stats.report import Decision  # loaded with the first change (S4)
+        from conveyor.stats.figures import Decision  # loaded with the first change (S4)
 
         decision = Decision(batch, self.active, self.tasks_in_flight, reason, self.read_ahead)
         log.info(
