@@ -79,10 +79,15 @@ class HostLimit:
         return max(1, int(self.limit))
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[float]:
+    async def slot(self, first: bool = False) -> AsyncIterator[float]:
         """Hold a place while a request is in flight, started at the host's pace; yields
-        when it started (monotonic)."""
-        await self._acquire()
+        when it started (monotonic).
+
+        ``first``: an object's first request takes its place at once, over the limit if
+        need be: the blocks asked for with it hold their places until its answer says the
+        object's size and version, so behind them it would wait for ever (a limit cut by a
+        throttle to no more than those blocks hung a reader)."""
+        await self._acquire(first)
         try:
             yield await self.pace.turn()
         finally:
@@ -95,8 +100,8 @@ class HostLimit:
         self.in_flight += 1
         return True
 
-    async def _acquire(self) -> None:
-        if not self._waiting and self.in_flight < self.allowed:
+    async def _acquire(self, first: bool = False) -> None:
+        if first or (not self._waiting and self.in_flight < self.allowed):
             self.in_flight += 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
