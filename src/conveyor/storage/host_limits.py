@@ -30,7 +30,7 @@ from typing import Any
 
 from conveyor.storage.host_pace import Pace
 
-__all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit"]
+__all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit", "throttled_before"]
 
 HOST_CONCURRENCY = 64
 """Requests in flight to one host before it ever throttled (and the most the limit grows
@@ -56,6 +56,14 @@ def host_limit(
     if found is None:
         found = _limits[key] = HostLimit(host, most)
     return found
+
+
+def throttled_before(host: str, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``host`` has throttled a request sent from ``loop``: a store that limits
+    requests is then asked fewer, larger ranges (`conveyor.storage.ranged`). Read from a
+    reader's thread: one look at a counter the loop only ever raises."""
+    found = _limits.get((id(loop), host))
+    return found is not None and found.throttles > 0
 
 
 class HostLimit:
