@@ -503,11 +503,17 @@ def main() -> None:
     parser.add_argument("--shard-mb", type=int, default=100)
     parser.add_argument("--num-workers", type=int, default=8)
     parser.add_argument("--files-batch", type=int, default=8, help="files-* pipelines' batch")
-    parser.add_argument("--warm-batches", type=int, default=4)
+    parser.add_argument(
+        "--warm-batches", type=int, default=None,
+        help="batches left out of the steady figures (default 4; for --scenario tail one per "
+        "worker if more: each worker's first batch opens its connections, not the tail)",
+    )  # fmt: skip
     parser.add_argument("--run-timeout", type=int, default=300)
     parser.add_argument("--weed-dir", default=str(s7_data.DATA_DIR / "weed"))
     parser.add_argument("--out", help="append the per-run JSON lines to this file")
     args = parser.parse_args()
+    if args.warm_batches is None:
+        args.warm_batches = max(4, args.num_workers) if args.scenario == "tail" else 4
     torch.set_num_threads(1)
     names = args.pipelines.split(",")
     root, layout = s7_data.build(args.shards, args.shard_mb, 2000)

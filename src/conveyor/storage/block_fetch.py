@@ -200,7 +200,7 @@ async def _attempt(job: BlockJob, run: RetryRun, limit: HostLimit, outcome: _Att
     facts = job.facts
     end = job.block.end if facts.size is None else min(job.block.end, facts.size)
     asked = time.monotonic()
-    async with limit.slot() as sent_at:
+    async with limit.slot(first=job.lead) as sent_at:
         run.postpone(sent_at - asked)  # a wait for our turn is not the store failing
         outcome.sent_at = outcome.progress_at = sent_at
         remaining = run.remaining_s()

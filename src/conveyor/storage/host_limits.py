@@ -30,7 +30,7 @@ from typing import Any
 
 from conveyor.storage.host_pace import Pace
 
-__all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit"]
+__all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit", "throttled_before"]
 
 HOST_CONCURRENCY = 64
 """Requests in flight to one host before it ever throttled (and the most the limit grows
@@ -58,6 +58,14 @@ def host_limit(
     return found
 
 
+def throttled_before(host: str, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``host`` has throttled a request sent from ``loop``: a store that limits
+    requests is then asked fewer, larger ranges (`conveyor.storage.ranged`). Read from a
+    reader's thread: one look at a counter the loop only ever raises."""
+    found = _limits.get((id(loop), host))
+    return found is not None and found.throttles > 0
+
+
 class HostLimit:
     """The AIMD concurrency limit of one host; ``slot()`` holds one request's place."""
 
@@ -79,10 +87,15 @@ class HostLimit:
         return max(1, int(self.limit))
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[float]:
+    async def slot(self, first: bool = False) -> AsyncIterator[float]:
         """Hold a place while a request is in flight, started at the host's pace; yields
-        when it started (monotonic)."""
-        await self._acquire()
+        when it started (monotonic).
+
+        ``first``: an object's first request takes its place at once, over the limit if
+        need be: the blocks asked for with it hold their places until its answer says the
+        object's size and version, so behind them it would wait for ever (a limit cut by a
+        throttle to no more than those blocks hung a reader)."""
+        await self._acquire(first)
         try:
             yield await self.pace.turn()
         finally:
@@ -95,8 +108,8 @@ class HostLimit:
         self.in_flight += 1
         return True
 
-    async def _acquire(self) -> None:
-        if not self._waiting and self.in_flight < self.allowed:
+    async def _acquire(self, first: bool = False) -> None:
+        if first or (not self._waiting and self.in_flight < self.allowed):
             self.in_flight += 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -24,6 +24,11 @@ are asked for with it only on a host known to hold objects that long
 small object's end; the connections they will need are opened while the first answer is
 on its way (`warm_pool`), so that they go out without a handshake's round trip.
 
+A host that throttled (429, ``SlowDown``) limits requests, not bytes: from then on a
+reader reading on in order asks for up to `BLOCKS_PER_THROTTLED_REQUEST` blocks in one
+request (one `Block` spanning them, under each of their indices), at most half its widest
+window, and keeps two of them in flight.
+
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
 shard's reader) has had its first answer, so that at start-up the next shard does not
@@ -44,13 +49,19 @@ from typing import Any
 
 from conveyor.storage.answers import Answer, RangeSource
 from conveyor.storage.block_fetch import Block, BlockJob, fetch_block
+from conveyor.storage.host_limits import throttled_before
 from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.read_window import host_window, read_ahead_floor
 from conveyor.storage.redaction import redact_text, redact_url
 from conveyor.storage.retry import RemoteReadError
 
-__all__ = ["Answer", "RangeSource", "RangedReader"]
+__all__ = ["BLOCKS_PER_THROTTLED_REQUEST", "Answer", "RangeSource", "RangedReader"]
+
+BLOCKS_PER_THROTTLED_REQUEST = 4
+"""Blocks one request covers once the host has throttled: a store that limits requests a
+second (S3's per-prefix rates, a rate-limiting proxy) moves four times the bytes per request
+it admits, and the reader pays its start-up burst of throttles back in fewer requests."""
 
 
 class RangedReader(io.RawIOBase):
@@ -131,27 +142,72 @@ class RangedReader(io.RawIOBase):
         floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
         self.depth, self.max_depth = max(self.depth, floor), max(self.max_depth, floor)
         width = 1 if self._narrow or self._holding else self.depth
-        last = first + width - 1
         size = self._facts.size
+        per_request = self._blocks_per_request(width)
+        if per_request > 1:  # whole requests' worth ahead, within the memory bound
+            width = max(width, min(self.max_depth, 2 * per_request))
+        last = first + width - 1
         early = 0  # blocks asked for before the size is known (with the first)
         if size is None and width > 1:
             early = self._window.early_blocks(width, self.block_bytes)
         elif size is not None and not self._size_seen:
             self._size_seen = True
             self._window.saw_object(size)
-        if size is not None:
-            final = self._index(max(size, self._anchor + 1) - 1)
+        final = None if size is None else self._index(max(size, self._anchor + 1) - 1)
+        if final is not None:
             last = min(last, final)
             if last == final and self._follower is not None:
                 follower, self._follower = self._follower, None
                 follower._take_turn()  # the link goes on with the next object
-        for index in [i for i in self._blocks if i < first or i > last]:
-            self._blocks.pop(index).cancel()
-        for index in range(first, last + 1):
-            if index not in self._blocks:
-                self._blocks[index] = self._submit(index, early=index - first < early)
+        self._drop_outside(first, last)
+        self._request_missing(first, last, final, per_request, early)
         if early:
             self._warm(width - early)  # after the first request, which comes first
+
+    def _request_missing(
+        self, first: int, last: int, final: int | None, per_request: int, early: int
+    ) -> None:
+        """Ask for the blocks of ``first`` .. ``last`` not asked for yet, up to
+        ``per_request`` contiguous ones per request; the first ``early`` ones go before the
+        size is known."""
+        index = first
+        while index <= last:
+            if index in self._blocks:
+                index += 1
+                continue
+            through = index  # the last block this request asks for
+            while (
+                through < last and through + 1 - index < per_request
+                and through + 1 not in self._blocks
+            ):  # fmt: skip
+                through += 1
+            if through - index + 1 < per_request and through != final and index > first:
+                return  # ask once a whole request's worth is missing (a block is in flight)
+            block = self._submit(index, through, early=index - first < early)
+            for covered in range(index, through + 1):
+                self._blocks[covered] = block
+            index = through + 1
+
+    def _blocks_per_request(self, width: int) -> int:
+        """Blocks one request asks for: one, but once the host throttled (a store that
+        limits requests, not bytes) up to `BLOCKS_PER_THROTTLED_REQUEST`, half the widest
+        window at most, for reading on in order and with the object's size known."""
+        if self._narrow or self._holding or self._facts.size is None or width < 1:
+            return 1
+        if not throttled_before(self._source.host, self._source.fs.loop):
+            return 1
+        return max(1, min(BLOCKS_PER_THROTTLED_REQUEST, self.max_depth // 2))
+
+    def _drop_outside(self, first: int, last: int) -> None:
+        """Forget the blocks outside ``first`` .. ``last`` and cancel those no block inside
+        shares (one request may cover several blocks)."""
+        inside = {id(block) for index, block in self._blocks.items() if first <= index <= last}
+        for index in [i for i in self._blocks if i < first or i > last]:
+            block = self._blocks[index]
+            if id(block) not in inside:
+                self._blocks.pop(index).cancel()
+            elif index < first:
+                del self._blocks[index]  # read past; the rest of its request is still wanted
 
     def _warm(self, connections: int) -> None:
         """Blocks held until the size is known: open their connections meanwhile, so that
@@ -160,8 +216,9 @@ class RangedReader(io.RawIOBase):
             warming = self._source.awarm(connections)
             self._warming = asyncio.run_coroutine_threadsafe(warming, self._source.fs.loop)
 
-    def _submit(self, index: int, early: bool = False) -> Block:
-        start, end = self._span(index)
+    def _submit(self, index: int, through: int, early: bool = False) -> Block:
+        """One request for blocks ``index`` .. ``through``."""
+        start, end = self._span(index)[0], self._span(through)[1]
         block = Block(start, end)
         job = BlockJob(
             block,
@@ -210,16 +267,19 @@ class RangedReader(io.RawIOBase):
         self._position += len(data)
         if self._position >= block.end:
             self._narrow = False
-            self._blocks.pop(index, None)
+            following = self._index(block.end)
+            for covered in range(self._index(block.start), following):
+                if self._blocks.get(covered) is block:
+                    del self._blocks[covered]
             self._learn(block)
-            self._schedule(index + 1)  # keep the window full
+            self._schedule(following)  # keep the window full
         return data
 
     def _learn(self, block: Block) -> None:
         """A block read to its end: its turnaround and the reader's rate go to the window."""
         now = time.monotonic()
         turnaround = block.turnaround_s
-        if turnaround is not None:
+        if turnaround is not None and block.end - block.start <= self.block_bytes:
             self._window.saw_block(turnaround)
         began, self._block_began = self._block_began, (now, self._waited_s)
         if began is not None:

@@ -87,3 +87,28 @@ def test_a_new_host_opens_the_held_blocks_connections_while_the_first_answer_com
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         assert reader.read() == DATA  # the host is known: the window goes out at once
     assert source.warmed == []
+
+
+def test_a_throttled_first_request_is_not_queued_behind_the_blocks_sent_with_it() -> None:
+    """The blocks asked for with the first wait, holding their places under the host's
+    limit, for its answer; when it is throttled and the limit is no more than those
+    blocks, its retry must not wait for a place behind them (it did: the reader hung)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scripted_source import throttle
+
+    source = ScriptedSource(DATA)
+    source.most_in_flight = 3  # type: ignore[attr-defined]  # the host's limit
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA  # the host's objects: larger than the first window
+    source.requests.clear()
+    source.faults = [throttle(429, 0.05)]  # the next object's first request
+    reader = RangedReader(source, options, block_bytes=BLOCK)
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(reader.read)
+        try:
+            assert reading.result(timeout=10) == DATA
+        finally:
+            reader.close()  # after a hang: its blocks cancelled, the read ends
+    assert source.requests.count((0, BLOCK)) == 2  # throttled once, then answered

@@ -1,0 +1,67 @@
+"""A store that throttled is asked fewer, larger ranges: it limits requests, not bytes.
+
+Once a host answered 429/503-slow-down, a reader reading on in order asks for up to
+`BLOCKS_PER_THROTTLED_REQUEST` blocks per request (within half its widest window), so the
+throttles of a start-up burst are paid back in requests; a host that never throttled is
+asked block by block, and a seek still reads the right bytes from a shared request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import os
+
+from scripted_source import FAST, ScriptedSource, throttle
+
+from conveyor.storage import RangedReader
+from conveyor.storage.ranged import BLOCKS_PER_THROTTLED_REQUEST
+
+BLOCK = 4096
+DATA = os.urandom(40 * BLOCK + 123)  # 41 blocks, the last one short
+
+
+def _spans(source: ScriptedSource) -> list[int]:
+    return [(end - start) // BLOCK for start, end in source.requests]
+
+
+def test_after_a_throttle_each_request_asks_for_several_blocks() -> None:
+    source = ScriptedSource(DATA, [throttle(429, 0.0)])
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA
+    spans = _spans(source)
+    assert spans[:2] == [1, 1]  # block 0 throttled, then asked again
+    assert max(spans) == BLOCKS_PER_THROTTLED_REQUEST == 4
+    # 41 blocks in 1 + 1 + ~40 / 4 requests, not 42
+    assert len(source.requests) <= 2 + 3 + 40 // 4, spans
+    covered = sorted(source.requests[1:])
+    assert covered[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_a_host_that_never_throttled_is_asked_block_by_block() -> None:
+    source = ScriptedSource(DATA)
+    with RangedReader(source, dataclasses.replace(FAST, read_ahead=4), BLOCK) as reader:
+        assert reader.read() == DATA
+    assert set(_spans(source)) <= {0, 1} and len(source.requests) == 41
+
+
+def test_the_largest_request_is_half_the_widest_window() -> None:
+    source = ScriptedSource(DATA, [throttle(429, 0.0)])
+    options = dataclasses.replace(FAST, read_ahead=2, read_ahead_max=4)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA
+    assert max(_spans(source)) == 2
+
+
+def test_seeks_within_and_past_a_shared_request_read_the_right_bytes() -> None:
+    source = ScriptedSource(DATA, [throttle(429, 0.0)])
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read(3 * BLOCK) == DATA[: 3 * BLOCK]  # now asking 4 blocks at once
+        for offset in (5 * BLOCK + 7, 6 * BLOCK, 30 * BLOCK - 1, 2 * BLOCK, len(DATA) - 5):
+            reader.seek(offset)
+            assert reader.read(BLOCK + 11) == DATA[offset : offset + BLOCK + 11]
+        reader.seek(-100, io.SEEK_END)
+        assert reader.read() == DATA[-100:]
