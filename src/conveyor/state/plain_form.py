@@ -86,6 +86,8 @@ def _encode(value: Any, depth: int) -> Any:
     if kind is dict:
         return _encode_dict(value, depth)
     if kind is list or kind is tuple:
+        if _SCALARS.issuperset(map(type, value)):  # the common case, at C speed
+            return list(value) if kind is list else value
         out = []
         for index, item in enumerate(value):
             try:
