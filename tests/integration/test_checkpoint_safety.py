@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import pickle
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from conveyor import DataLoader
+from conveyor.datapipes.iter import IterableWrapper
 from conveyor.state import unpickle_legacy_checkpoint
 from conveyor.stateful_dataloader import StatefulDataLoader
 
@@ -128,6 +130,29 @@ def test_a_dataset_state_that_is_not_plain_is_a_type_error_at_save(
     with pytest.raises(TypeError, match=expected):
         loader.state_dict()
     assert len(list(iterator)) == 11
+
+
+@pytest.mark.parametrize("num_workers,worker_type", [(0, "process"), *[(2, k) for k in KINDS]])
+def test_a_datapipe_buffering_an_object_is_a_type_error_at_save_and_batches_flow(
+    num_workers: int, worker_type: str
+) -> None:
+    """The pipe refuses its state (the object in its shuffle buffer) in the worker: the
+    batch still reaches the user, and the loader's state_dict() names pipe, worker, path."""
+    items = [Fraction(i, 3) for i in range(24)]
+    dataset = IterableWrapper(items).shuffle(buffer_size=4).sharding_filter()
+    loader = DataLoader(
+        dataset, batch_size=2, num_workers=num_workers, worker_type=worker_type, collate_fn=list
+    )
+    iterator = iter(loader)
+    head = next(iterator)
+    worker = r" \(in worker \d\)" if num_workers else ""
+    expected = (
+        rf"of conveyor\.datapipes\.iter\.sharding\.ShardingFilter{worker} is not plain data: "
+        r"fractions\.Fraction at source\.buffer\[\d\]"
+    )
+    with pytest.raises(TypeError, match=expected):
+        loader.state_dict()
+    assert sorted(head + [x for batch in iterator for x in batch]) == items
 
 
 def test_a_checkpoint_holding_an_object_is_refused_before_use() -> None:

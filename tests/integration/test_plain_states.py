@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conveyor import DataLoader, Mixture, ShardedStream
-from conveyor.datapipes.iter import IterableWrapper
+from conveyor.datapipes.iter import Concater, IterableWrapper
 from conveyor.datapipes.iter.loading import TarShards
 from conveyor.formats import ShardWriter
 from conveyor.state.plain import check_plain
@@ -115,6 +115,15 @@ MAKERS: dict[str, Callable[[int, str, Path], Any]] = {
         num_workers=n,
         worker_type=kind,
         generator=torch.Generator().manual_seed(4),
+    ),
+    "datapipe-batches-shuffled-forked": lambda n, kind, _: DataLoader(  # DataChunks buffered
+        Concater(
+            *IterableWrapper(range(14)).batch(2).shuffle(buffer_size=3).fork(2)
+        ).sharding_filter(),
+        batch_size=2,
+        num_workers=n,
+        worker_type=kind,
+        generator=torch.Generator().manual_seed(6),
     ),
     "tar-shards-shuffled": lambda n, kind, root: DataLoader(
         TarShards(_tar_shards(root), shuffle=True, shuffle_buffer=5, seed=5),

@@ -45,7 +45,7 @@ class Upstream(Protocol[T_co]):
 
     def nonblocking_next(self) -> T_co: ...
 
-    def state_dict(self) -> StateDict: ...
+    def _held_state(self) -> StateDict: ...
 
     def _restart(self, state: Mapping[str, Any] | None) -> None: ...
 
@@ -98,7 +98,7 @@ class SourceCursor(Cursor[T_co]):
         source._restart(sub_state(state, "source"))
 
     def state(self) -> StateDict:
-        return {"version": self.version, "source": self.source.state_dict(), **self.extra_state()}
+        return {"version": self.version, "source": self.source._held_state(), **self.extra_state()}
 
     def extra_state(self) -> StateDict:
         """This cursor's own fields for `state` (none by default)."""

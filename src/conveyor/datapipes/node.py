@@ -44,6 +44,7 @@ from conveyor.dataset import Dataset, IterableDataset
 from conveyor.engine.offload.channel import NotAvailable
 from conveyor.engine.workers.worker_info import get_worker_info
 from conveyor.state.plain import NotPlainData, check_plain
+from conveyor.state.plain_form import from_plain, register_plain_form, to_plain
 from conveyor.torch_compat import (
     TorchDataChunk,
     TorchIterDataPipe,
@@ -94,6 +95,9 @@ class DataChunk(TorchDataChunk[T]):
     def raw_iterator(self) -> Iterator[T]:
         """Iterate the elements."""
         return list.__iter__(self)
+
+
+register_plain_form(DataChunk, "DataChunk", list, DataChunk)
 
 
 class _Registry:
@@ -233,7 +237,25 @@ class IterNode(IterableDataset[T_co], _Registry):
 
     # ----- state ----------------------------------------------------------------------
     def state_dict(self) -> StateDict:
-        """The state after the last item pulled (a fresh-start marker before the first)."""
+        """The state after the last item pulled (a fresh-start marker before the first).
+
+        Plain data (`conveyor.state.plain`), ready for ``torch.save`` and
+        ``torch.load(weights_only=True)``: items this graph holds (buffers, a batch being
+        filled) are kept as they are, a `DataChunk` in a tagged form
+        (`conveyor.state.plain_form`). Raises `TypeError` naming the key path when an item
+        is anything else (`NotPlainData`): a checkpoint that could not be loaded is refused
+        when taken. (A DataLoader still delivers the batches and raises at its own
+        ``state_dict()``, naming this pipe, the worker and the path.)
+        """
+        try:
+            return dict(to_plain(self._held_state()))
+        except NotPlainData as error:
+            owner = f"{type(self).__name__}.state_dict"
+            raise NotPlainData(error.path, error.kind, error.why, owner) from None
+
+    def _held_state(self) -> StateDict:
+        """`state_dict` as the cursors hold it, items as they are: what a node reads of its
+        inputs while building its own state (one conversion, at the top, for the whole)."""
         if self._cursor is not None:
             return self._cursor.state()
         for kept in (self._pending, self._parked):
@@ -242,14 +264,17 @@ class IterNode(IterableDataset[T_co], _Registry):
         return dict(FRESH_STATE)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from ``state`` at the next pull or ``iter()`` (validated then)."""
+        """Resume from ``state`` at the next pull or ``iter()`` (validated then).
+
+        ``state`` is what `state_dict` returned: plain data, else `TypeError` naming where.
+        """
         if not isinstance(state, Mapping) or "version" not in state:
             raise ValueError(f"{type(self).__name__}: a state dict with a 'version' key expected")
         try:
             check_plain(state)
         except NotPlainData as error:  # a checkpoint never holds objects: refused, not run
             raise TypeError(f"{type(self).__name__}.load_state_dict: {error}") from None
-        self._restart(state)
+        self._restart(from_plain(state))  # tagged forms (a DataChunk) become items again
 
     # ----- positions (`conveyor.datapipes.positions`) ----------------------------------
     def can_reread(self) -> bool:

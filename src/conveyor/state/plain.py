@@ -9,6 +9,10 @@ it is ever unpickled, and nothing that is not plain is ever pickled to a worker 
 dataset that hands out its own live dict cannot change a checkpoint afterwards) and raises
 `NotPlainData`, a `TypeError` naming the key path and the type, for anything else.
 `check_plain` is the load side: the same walk without a copy.
+
+A few known types are held in a tagged plain form instead (a `DataChunk` batch inside a
+DataPipe's buffer): `conveyor.state.plain_form` writes and reads those; to this module
+they are ordinary dicts.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import torch
 
 __all__ = [
     "MAX_DEPTH",
+    "NOT_PLAIN_ADVICE",
     "NotPlainData",
     "RefusedState",
     "check_plain",
     "describe_path",
     "plain_copy",
     "save_error",
+    "type_name",
 ]
 
 MAX_DEPTH = 64
@@ -37,13 +43,19 @@ Path = tuple[str | int, ...]
 
 
 class NotPlainData(TypeError):
-    """A value in a state that is not plain data; ``path`` is where, ``kind`` its type."""
+    """A value in a state that is not plain data; ``path`` is where, ``kind`` its type,
+    ``owner`` (if given) whose ``state_dict()`` or ``load_state_dict()`` met it."""
 
-    def __init__(self, path: Path, kind: str, why: str) -> None:
+    def __init__(self, path: Path, kind: str, why: str, owner: str = "") -> None:
         self.path = path
         self.kind = kind
         self.why = why
-        super().__init__(f"{kind} at {describe_path(path)}: {why}")
+        prefix = f"{owner}: " if owner else ""
+        super().__init__(f"{prefix}{kind} at {describe_path(path)}: {why}")
+
+    def refused(self) -> RefusedState:
+        """This refusal as a worker sends it (`RefusedState`): no owner, the same path."""
+        return RefusedState(self.path, self.kind, self.why)
 
 
 class RefusedState(NamedTuple):
@@ -74,13 +86,13 @@ def describe_path(path: Path) -> str:
     return text or "<root>"
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
     kind = type(value)
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
-_ADVICE = (
+NOT_PLAIN_ADVICE = (
     "a checkpoint holds only dicts, lists, tuples, str, int, float, bool, None and tensors "
     "(convert it: a NumPy array or scalar with .tolist()/.item() or torch.from_numpy, bytes "
     "with list(...) or a uint8 tensor)"
@@ -149,7 +161,7 @@ def _walk(value: Any, path: Path, copy: bool) -> Any:
     if kind in _SCALARS:
         return value
     if len(path) >= MAX_DEPTH:
-        raise NotPlainData(path, _type_name(value), f"nested deeper than {MAX_DEPTH} levels")
+        raise NotPlainData(path, type_name(value), f"nested deeper than {MAX_DEPTH} levels")
     if kind is dict:
         return _walk_dict(value, path, copy)
     if kind is list or kind is tuple:
@@ -159,7 +171,7 @@ def _walk(value: Any, path: Path, copy: bool) -> Any:
         return items if kind is list else tuple(items)
     if kind is torch.Tensor:
         return value.detach().clone() if copy else value
-    raise NotPlainData(path, _type_name(value), _ADVICE)
+    raise NotPlainData(path, type_name(value), NOT_PLAIN_ADVICE)
 
 
 def _walk_dict(value: dict[Any, Any], path: Path, copy: bool) -> Any:
@@ -167,7 +179,7 @@ def _walk_dict(value: dict[Any, Any], path: Path, copy: bool) -> Any:
     for key, item in value.items():
         if type(key) not in _KEYS:
             raise NotPlainData(
-                path, _type_name(key) + " key", "a checkpoint's dict keys are str or int"
+                path, type_name(key) + " key", "a checkpoint's dict keys are str or int"
             )
         walked = _walk(item, (*path, key), copy)
         if copy:

@@ -21,6 +21,9 @@ S = TypeVar("S", bound=Any)
 
 def checked_for_save(state: S, dataset: object, sampler: object) -> S:
     """``state`` itself if it is plain data; the `TypeError` of its owner otherwise."""
+    refused = state.get("dataset")
+    if isinstance(refused, RefusedState):  # taken in this process (no workers)
+        raise save_error(_name(dataset), refused.path, refused.kind, refused.why)
     workers = state.get("workers")
     if workers:
         for worker_id, saved in enumerate(workers["states"]):

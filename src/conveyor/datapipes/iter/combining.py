@@ -69,7 +69,7 @@ class _MultiCursor(Cursor[Any]):
             source._restart(sub)
 
     def state(self) -> StateDict:
-        sources = [source.state_dict() for source in self.sources]
+        sources = [source._held_state() for source in self.sources]
         return {"version": 1, "sources": sources, **self.extra_state()}
 
     def extra_state(self) -> StateDict:

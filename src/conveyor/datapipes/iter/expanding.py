@@ -62,7 +62,7 @@ class ExpandingCursor(Cursor[T]):
         """Free the resources of a finished item (default: nothing)."""
 
     def _pull(self) -> None:
-        before = self.source.state_dict()
+        before = self.source._held_state()
         try:
             item = self.source.nonblocking_next()
         except StopIteration:
@@ -98,7 +98,7 @@ class ExpandingCursor(Cursor[T]):
 
     def state(self) -> StateDict:
         if self._inner is None:
-            source = self.source.state_dict()
+            source = self.source._held_state()
             return {"version": self.version, "source": source, "position": self._resume}
         return {"version": self.version, "source": self._before, "position": self._position}
 

@@ -5,17 +5,18 @@ Both nodes hold no thread or process themselves: the first pull starts a
 node's cursor only sends requests and reads responses, raising `NotAvailable` (with the
 channel's doorbell) while nothing has arrived. Output is identical to running in line.
 
-State: the producer attaches the sub-graph's ``state_dict()`` to every
-``snapshot_every``-th item; the cursor keeps the latest snapshot it has *consumed* and how
-many items it took since, so a restored pipe restarts the sub-graph from that snapshot
+State: the producer attaches the sub-graph's state (as held, items as they are: the
+outermost pipe's ``state_dict()`` makes it plain data) to every ``snapshot_every``-th
+item; the cursor keeps the latest snapshot it has *consumed* and how many items it took
+since, so a restored pipe restarts the sub-graph from that snapshot
 (replaying at most ``snapshot_every - 1`` items); items that were prefetched but not
 consumed are produced again, never lost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, Sized
+from typing import Any, Generic, TypeVar
 
 from conveyor.datapipes.base import (
     Cursor,
@@ -79,7 +80,7 @@ class Prefetcher(_Offloader[T]):
 
     def _start(self, state: StateDict | None, skip: int) -> ThreadOffload | ProcessOffload:
         return ThreadOffload(
-            self.datapipe,
+            _SubGraph(self.datapipe),
             state=state,
             skip=skip,
             buffer_size=self.buffer_size,
@@ -116,13 +117,40 @@ class ProcessRunner(_Offloader[T]):
     def _start(self, state: StateDict | None, skip: int) -> ThreadOffload | ProcessOffload:
         detach_branches(self.datapipe, inside=True)
         return ProcessOffload(
-            _ProcessRoot(self.datapipe),
+            _SubGraph(_ProcessRoot(self.datapipe)),
             state=state,
             skip=skip,
             buffer_size=self.buffer_size,
             snapshot_every=self.snapshot_every,
             context=self.multiprocessing_context,
         )
+
+
+class _SubGraph(Generic[T]):
+    """The sub-graph as its producer serves it (`conveyor.engine.offload.offload.Servable`).
+
+    Its state goes as the graph holds it, items as they are (a `DataChunk`, an object),
+    and comes back the same way: a graph's state becomes plain data once, in the outermost
+    pipe's ``state_dict()``, and is read back once, in its ``load_state_dict()``.
+    """
+
+    def __init__(self, graph: IterDataPipe[T]) -> None:
+        self.graph = graph
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.graph)
+
+    def reset(self) -> None:
+        self.graph.reset()
+
+    def state_dict(self) -> StateDict:
+        return self.graph._held_state()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.graph._restart(state)
+
+    def close(self) -> None:
+        self.graph.close()
 
 
 class _ProcessRoot(IterDataPipe[T]):

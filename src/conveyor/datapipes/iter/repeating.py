@@ -209,7 +209,7 @@ class _CacheCursor(Cursor[T]):
     def state(self) -> StateDict:
         # Mid-way through rebuilding, a replay state (rebuild again) is the exact one.
         replay = self._replay or self._skip > 0
-        source = None if replay else self._source.state_dict()
+        source = None if replay else self._source._held_state()
         return {
             "version": 1,
             "replay": replay,

@@ -394,8 +394,8 @@ class _PassCursor(SourceCursor[Any]):
         self._lister = node.shards
 
     def state(self) -> StateDict:
-        nested = self.source.state_dict()
-        return shard_state.flatten(nested, self._decoded, self._lister.state_dict())
+        nested = self.source._held_state()
+        return shard_state.flatten(nested, self._decoded, self._lister._held_state())
 
     def next(self) -> Any:
         try:

@@ -310,7 +310,7 @@ class _GroupCursor(Cursor[dict[str, Any]]):
             raise error
         builder = self._builder
         while True:
-            before = self.source.state_dict()
+            before = self.source._held_state()
             try:
                 path, data = self.source.nonblocking_next()
             except SampleError as error:
@@ -377,7 +377,7 @@ class _GroupCursor(Cursor[dict[str, Any]]):
 
     def state(self) -> StateDict:
         in_progress = self._builder.current is not None and self._start is not None
-        source = self._start if in_progress else self.source.state_dict()
+        source = self._start if in_progress else self.source._held_state()
         return {"version": 1, "source": source}
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from conveyor.formats.errors import SampleError
 from conveyor.formats.skips import SkipRecord, skip_sink
 from conveyor.state import stream_state
 from conveyor.state.certificate import digest_identities, digest_indices, digest_keyed
+from conveyor.state.plain import NotPlainData
 from conveyor.state.protocol import has_state
 
 
@@ -76,7 +77,12 @@ class MapFetcher:
 
     def state(self) -> Any:
         """The dataset's own state (an RNG it draws from, say); None if it has none."""
-        return self._dataset.state_dict() if has_state(self._dataset) else None
+        if not has_state(self._dataset):
+            return None
+        try:
+            return self._dataset.state_dict()
+        except NotPlainData as error:  # the batch still goes out; the loader's save raises
+            return error.refused()
 
     def restore(self, state: Any) -> bool:
         if state is None or not has_state(self._dataset):
@@ -209,7 +215,10 @@ class IterableFetcher:
 
     def state(self) -> Any:
         """The stream's checkpoint (`conveyor.state.stream_state`); None: nothing stateful."""
-        return stream_state.capture(self._dataset, self._iterator)
+        try:
+            return stream_state.capture(self._dataset, self._iterator)
+        except NotPlainData as error:  # a DataPipe refusing an item: see MapFetcher.state
+            return error.refused()
 
     def restore(self, state: Any) -> bool:
         """Continue from ``state``: the dataset's part now, the iterator's after ``iter()``.

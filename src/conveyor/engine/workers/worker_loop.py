@@ -211,9 +211,10 @@ def _answer(
 def _packed(captured: Any) -> Any:
     """The dataset's state, packed for the trip (`conveyor.transport.state_wire`): the main
     process unpacks it only for a checkpoint, and checks there that it is plain data.
-    `RefusedState` if it cannot even be packed."""
-    if captured is None:
-        return None
+    A `RefusedState` (a DataPipe refused an item it holds) goes as it is; one is made if
+    the state cannot even be packed."""
+    if captured is None or isinstance(captured, RefusedState):
+        return captured
     try:
         return pack_state(captured)
     except Exception as error:  # an object pickle cannot carry: not plain data either
