@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import json
 import os
 import shutil
@@ -61,7 +62,7 @@ from latency_proxy import LinkSettings, ProxyProcess  # noqa: E402  (tests/integ
 import s7_data  # noqa: E402
 from conveyor.dataloader import DataLoader  # noqa: E402
 from conveyor.datapipes.iter import TarShards  # noqa: E402
-from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, host_limits  # noqa: E402
+from conveyor.storage import DEFAULT_BLOCK_BYTES, RemoteOptions, host_limits, read_window  # noqa: E402
 
 BUCKET = s7_data.BUCKET
 
@@ -461,8 +462,15 @@ def one_run(
 ) -> dict[str, Any]:
     log.take()
     # each run starts as a fresh process would: nothing learnt about the host yet (a later
-    # epoch in the same process keeps its learnt pace and is throttled less)
+    # epoch in the same process keeps its learnt pace and window, and is throttled less):
+    # the limits, the windows (a thread-worker run taught this process the host's objects
+    # are large, and forked workers then sent their first window at once), the throttles
+    # heard by sibling processes
     host_limits._limits.clear()
+    read_window._windows.clear()
+    board = getattr(importlib.import_module("conveyor.storage"), "shared_throttles", None)
+    if board is not None:
+        board._board[:] = bytes(len(board._board))
     run = run_once(PIPELINES[name](spec), warm)
     seen = request_summary(log.take(), layout)
     counts = collections.Counter(run.keys)

@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from conveyor.storage.host_pace import Pace
+from conveyor.storage.shared_throttles import last_throttle, note_throttle
 
 __all__ = ["HOST_CONCURRENCY", "HostLimit", "host_limit", "throttled_before"]
 
@@ -39,6 +40,9 @@ the store has said to slow down."""
 PROBE_ANSWERS = 64
 """Answers at the level below the last throttle before one more request is tried (the
 same as the pace's, `conveyor.storage.host_pace.PROBE_ANSWERS`)."""
+
+HEARD_WITHIN_S = 30.0
+"""A throttle another process of the job heard this recently slows this one down too."""
 
 _limits: dict[tuple[int, str], HostLimit] = {}
 
@@ -59,11 +63,12 @@ def host_limit(
 
 
 def throttled_before(host: str, loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``host`` has throttled a request sent from ``loop``: a store that limits
-    requests is then asked fewer, larger ranges (`conveyor.storage.ranged`). Read from a
-    reader's thread: one look at a counter the loop only ever raises."""
+    """Whether ``host`` has throttled a request sent from ``loop``, or one of another
+    process of the job (`shared_throttles`): a store that limits requests is then asked
+    fewer, larger ranges (`conveyor.storage.ranged`). Read from a reader's thread: one
+    look at a counter the loop only ever raises."""
     found = _limits.get((id(loop), host))
-    return found is not None and found.throttles > 0
+    return (found is not None and found.throttles > 0) or last_throttle(host) is not None
 
 
 class HostLimit:
@@ -81,6 +86,7 @@ class HostLimit:
         self._at_safe = 0  # answers while held at that level
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self.pace = Pace()
+        self._heard = float("-inf")  # the last throttle (of any process) acted on here
 
     @property
     def allowed(self) -> int:
@@ -97,6 +103,7 @@ class HostLimit:
         throttle to no more than those blocks hung a reader)."""
         await self._acquire(first)
         try:
+            self._hear_others()
             yield await self.pace.turn()
         finally:
             self._release()
@@ -139,10 +146,19 @@ class HostLimit:
             self.in_flight += 1
             waiter.set_result(None)
 
+    def _hear_others(self) -> None:
+        """Another process of the job was throttled by this host since we last looked:
+        slow down as if this one had been (its pace, once per round)."""
+        heard = last_throttle(self.host)
+        if heard is not None and heard > max(self._heard, time.monotonic() - HEARD_WITHIN_S):
+            self._heard = heard
+            self.pace.heard(heard)
+
     def throttled(self, sent_at: float) -> None:
         """A request sent at ``sent_at`` (its place given back already) was throttled:
         halve the limit, once per round."""
         self.throttles += 1
+        self._heard = note_throttle(self.host)
         self.pace.throttled(sent_at)
         if sent_at <= self._cut_at:
             return  # sent before the last cut: that cut already answered this congestion

@@ -24,10 +24,12 @@ are asked for with it only on a host known to hold objects that long
 small object's end; the connections they will need are opened while the first answer is
 on its way (`warm_pool`), so that they go out without a handshake's round trip.
 
-A host that throttled (429, ``SlowDown``) limits requests, not bytes: from then on a
-reader reading on in order asks for up to `BLOCKS_PER_THROTTLED_REQUEST` blocks in one
-request (one `Block` spanning them, under each of their indices), at most half its widest
-window, and keeps two of them in flight.
+A host that throttled (429, ``SlowDown``; in this process or, for forked workers, a
+sibling: `shared_throttles`) limits requests, not bytes: from then on a reader reading on
+in order asks for up to `BLOCKS_PER_THROTTLED_REQUEST` blocks in one request (one `Block`
+spanning them, under each of their indices), at most half its widest window, and keeps two
+of them in flight; an object's first block goes out alone (no first window before the
+size), the rest once its answer said the size.
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
@@ -146,6 +148,8 @@ class RangedReader(io.RawIOBase):
         per_request = self._blocks_per_request(width)
         if per_request > 1:  # whole requests' worth ahead, within the memory bound
             width = max(width, min(self.max_depth, 2 * per_request))
+        elif size is None and width > 1 and self._throttling():
+            width = 1  # the first block alone; the rest in larger requests once sized
         last = first + width - 1
         early = 0  # blocks asked for before the size is known (with the first)
         if size is None and width > 1:
@@ -194,9 +198,12 @@ class RangedReader(io.RawIOBase):
         window at most, for reading on in order and with the object's size known."""
         if self._narrow or self._holding or self._facts.size is None or width < 1:
             return 1
-        if not throttled_before(self._source.host, self._source.fs.loop):
+        if not self._throttling():
             return 1
         return max(1, min(BLOCKS_PER_THROTTLED_REQUEST, self.max_depth // 2))
+
+    def _throttling(self) -> bool:
+        return throttled_before(self._source.host, self._source.fs.loop)
 
     def _drop_outside(self, first: int, last: int) -> None:
         """Forget the blocks outside ``first`` .. ``last`` and cancel those no block inside
@@ -261,6 +268,8 @@ class RangedReader(io.RawIOBase):
         block = self._block_at(index)
         offset = self._position - block.start
         self._wait(block, offset)
+        if not self._size_seen and self._facts.size is not None:
+            self._schedule(index)  # the first answer said the size: the rest of the window
         if block.received <= offset:  # the block ended before: the object ends there
             return b""
         data = block.slice(offset, limit)

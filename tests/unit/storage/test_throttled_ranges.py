@@ -65,3 +65,20 @@ def test_seeks_within_and_past_a_shared_request_read_the_right_bytes() -> None:
             assert reader.read(BLOCK + 11) == DATA[offset : offset + BLOCK + 11]
         reader.seek(-100, io.SEEK_END)
         assert reader.read() == DATA[-100:]
+
+
+def test_a_throttling_host_gets_no_first_window_before_the_size() -> None:
+    """On a host known to hold large objects the first window goes out with the first
+    block, before the size; once the host throttled, that burst is not sent: the first
+    block alone, then requests of several blocks."""
+    from conveyor.storage.shared_throttles import note_throttle
+
+    source = ScriptedSource(DATA)
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA  # the host's objects: larger than any window
+    note_throttle(source.host)  # a sibling process was throttled by it
+    source.requests.clear()
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == DATA
+    assert _spans(source)[:2] == [1, 4], _spans(source)
