@@ -6,12 +6,16 @@ import dataclasses
 
 import pytest
 
+from conveyor import StringTable
 from conveyor.doctor import LoaderFacts
+from conveyor.doctor.containers import MIN_ITEMS, LargeContainer, large_containers
 from conveyor.doctor.diagnosis import cores_for_workers, diagnose
 from conveyor.doctor.measure import Measurement
+from conveyor.doctor.memory import copy_on_read
 from conveyor.doctor.ranks import across_ranks
 from conveyor.stats.figures import WorkerStats
 from conveyor.stats.report import LoaderStats
+from conveyor.torch_compat import TorchDataset
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 FACTS = LoaderFacts(num_workers=2, worker_type="process", in_order=True, prefetch_factor=2, cpus=8)
@@ -143,3 +147,53 @@ def test_one_rank_alone_keeps_its_own_verdict() -> None:
     run = _run(10, 10, 40, 40)
     diagnosis = diagnose(run, floor_s=0.010, facts=FACTS)
     assert across_ranks(diagnosis, run, 0.010) is diagnosis
+
+
+def _grown(mb: float) -> Measurement:
+    run = _run(wait_ms=0.1, step_ms=10, busy_ms=2, cpu_ms=2, ready=1.0)
+    start = 5_000_000
+    return dataclasses.replace(run, worker_memory=((start, start + int(mb * 1e6)),) * 2)
+
+
+NAMES = LargeContainer("names", "list", 300_000, ("str",), 24_000_000)
+
+
+def test_grown_process_workers_blame_the_largest_container_and_name_a_string_table() -> None:
+    records = LargeContainer("records", "list", 200_000, ("dict",), 60_000_000)
+    finding = copy_on_read(_grown(3.0), FACTS, [records, NAMES], share_records=True)
+    assert finding is not None and finding.attribute == "records"
+    assert "as columns" in finding.fix and not finding.replace_with_table
+    finding = copy_on_read(_grown(3.0), FACTS, [NAMES], share_records=False)
+    assert finding is not None and "conveyor.StringTable(dataset.names)" in finding.fix
+    assert "share_records=True" in finding.fix and finding.replace_with_table
+    assert finding.predicted_saving_bytes == pytest.approx(3e6)
+    assert finding.epoch_bytes == 24_000_000  # every item read once by the epoch's end
+    assert "3.0 MB" in finding.evidence and "list of 300,000 str" in finding.evidence
+    numbers = LargeContainer("labels", "list", 300_000, ("int",), 8_400_000)
+    assert "NumPy array" in (copy_on_read(_grown(2.0), FACTS, [numbers], True) or NAMES).fix
+
+
+def test_no_memory_finding_without_growth_a_container_or_process_workers() -> None:
+    assert copy_on_read(_grown(0.2), FACTS, [NAMES], share_records=False) is None
+    assert copy_on_read(_grown(3.0), FACTS, [], share_records=False) is None
+    threads = dataclasses.replace(FACTS, worker_type="thread")
+    assert copy_on_read(_grown(3.0), threads, [NAMES], share_records=False) is None
+
+
+def test_large_containers_skips_shared_tables_and_looks_into_wrapped_datasets() -> None:
+    class Inner(TorchDataset):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.paths = [f"p{i}" for i in range(MIN_ITEMS)]
+            self.small = list(range(10))
+
+    class Outer:
+        def __init__(self) -> None:
+            self.dataset = Inner()
+            self.labels = list(range(1000, 1000 + MIN_ITEMS))
+            self.table = StringTable(["a"] * 10)
+
+    found = large_containers(Outer())
+    assert {c.path for c in found} == {"dataset.paths", "labels"}
+    assert [c.path for c in large_containers(Outer(), shared=("labels",))] == ["dataset.paths"]
+    paths = next(c for c in found if c.path == "dataset.paths")
+    assert paths.strings and paths.length == MIN_ITEMS and paths.objects_bytes > 40 * MIN_ITEMS

@@ -11,14 +11,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from conveyor.distributed import RankCollectives
+from conveyor.doctor.containers import large_containers
 from conveyor.doctor.diagnosis import Fix, LoaderFacts, crop_aware, diagnose
 from conveyor.doctor.hotspots import profile_samples
-from conveyor.doctor.measure import Step, headspace, measure
+from conveyor.doctor.measure import Measurement, Step, headspace, measure
+from conveyor.doctor.memory import GROWTH_MIN_BYTES, MemoryFinding, copy_on_read
 from conveyor.doctor.ranks import across_ranks
-from conveyor.doctor.report import Counterfactual, DoctorReport
+from conveyor.doctor.report import Counterfactual, DoctorReport, MemoryCounterfactual
 from conveyor.engine.loop.autotune import available_cpus
+from conveyor.string_table import StringTable
 
-__all__ = ["examine"]
+__all__ = ["DOCTOR_BOUND_S", "examine"]
+
+DOCTOR_BOUND_S = 60.0  # the doctor's runs together: a memory counterfactual fits within it
 
 
 def examine(
@@ -53,7 +58,13 @@ def examine(
     after = None
     if counterfactual and diagnosis.fix.applicable:
         after = _try(loader, diagnosis.fix, step, batches, max_seconds)
-    return DoctorReport(facts, run, floor, diagnosis, after, time.perf_counter() - started)
+    memory = _copy_on_read(loader, run, facts)
+    memory_after = None
+    if counterfactual and memory is not None:
+        left = min(max_seconds, DOCTOR_BOUND_S - 5.0 - (time.perf_counter() - started))
+        memory_after = _try_memory(loader, memory, step, run.stats.batches, left)
+    duration = time.perf_counter() - started
+    return DoctorReport(facts, run, floor, diagnosis, after, duration, memory, memory_after)
 
 
 def _try(loader: Any, fix: Fix, step: Step, batches: int, max_seconds: float) -> Counterfactual:
@@ -65,6 +76,46 @@ def _try(loader: Any, fix: Fix, step: Step, batches: int, max_seconds: float) ->
         with _gc_frozen(fix.gc_freeze), _environ(fix.environ):
             run, _ = measure(variant, step, batches, max_seconds)
     return Counterfactual(run, run.period_s)
+
+
+def _copy_on_read(loader: Any, run: Measurement, facts: LoaderFacts) -> MemoryFinding | None:
+    """Process workers that grew: the dataset's large container to blame, if any."""
+    if facts.worker_type != "process" or run.worker_growth_bytes < GROWTH_MIN_BYTES:
+        return None
+    kind = getattr(getattr(loader, "_conveyor_options", None), "workers", None)
+    shared = getattr(getattr(kind, "kind", None), "shared_record_paths", ())
+    try:
+        containers = large_containers(loader.dataset, shared)
+    except Exception:  # the doctor's look must not fail the user's run
+        return None
+    return copy_on_read(run, facts, containers, bool(getattr(loader, "share_records", False)))
+
+
+def _try_memory(
+    loader: Any, finding: MemoryFinding, step: Step, batches: int, max_seconds: float
+) -> MemoryCounterfactual:
+    """The measured run again with the container as a `StringTable` (then restored)."""
+    if not finding.replace_with_table:
+        return MemoryCounterfactual(None, "the doctor does not rewrite a dataset's records")
+    if "[" in finding.attribute:
+        return MemoryCounterfactual(None, "the attribute is inside a list of datasets")
+    if max_seconds < 2.0:
+        return MemoryCounterfactual(None, f"no time left within {DOCTOR_BOUND_S:.0f} s")
+    *path, name = finding.attribute.split(".")
+    owner = loader.dataset
+    for part in path:
+        owner = getattr(owner, part)
+    original = getattr(owner, name)
+    note = f"dataset.{finding.attribute} as a StringTable for this run, then restored"
+    try:
+        setattr(owner, name, StringTable(original))
+        run, _ = measure(loader._conveyor_variant(), step, batches, max_seconds)
+    except Exception as error:  # the dataset may need its list (append, isinstance)
+        return MemoryCounterfactual(None, f"the run with a StringTable failed: {error!r}")
+    finally:
+        setattr(owner, name, original)
+    growth = run.worker_growth_bytes if run.worker_memory else None
+    return MemoryCounterfactual(growth, note)
 
 
 @contextlib.contextmanager
