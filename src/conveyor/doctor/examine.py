@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from conveyor.distributed import RankCollectives
+from conveyor.distributed import RankCollectives, world_and_rank
 from conveyor.doctor.containers import large_containers
 from conveyor.doctor.diagnosis import Fix, LoaderFacts, crop_aware, diagnose
 from conveyor.doctor.hotspots import profile_samples
@@ -97,6 +97,8 @@ def _try_memory(
     """The measured run again with the container as a `StringTable` (then restored)."""
     if not finding.replace_with_table:
         return MemoryCounterfactual(None, "the doctor does not rewrite a dataset's records")
+    if world_and_rank()[0] > 1:  # a step holding collectives: every rank would have to run it
+        return MemoryCounterfactual(None, "not run under torch.distributed (ranks differ)")
     if "[" in finding.attribute:
         return MemoryCounterfactual(None, "the attribute is inside a list of datasets")
     if max_seconds < 2.0:
