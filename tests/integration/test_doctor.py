@@ -20,9 +20,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from remote_servers import HttpServer
 
-from conveyor import DataLoader, StringTable
+from conveyor import DataLoader, StringTable, TarShards
 from conveyor.engine.loop import base_iterator
+from conveyor.storage import RemoteOptions
+from conveyor.storage.read_window import read_ahead_floor
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 from conveyor.vision import CenterCropDecoder
 
@@ -87,6 +90,34 @@ def test_io_latency_needs_more_workers_and_the_run_confirms_it() -> None:
     assert report.diagnosis.fix.changes["num_workers"] >= 5  # 20 ms * 1.2 / 4 ms
     assert report.diagnosis.predicted_gain > 1.0
     assert report.measured_gain is not None and report.measured_gain > 0.8
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_remote_reads_one_block_at_a_time_get_read_ahead_and_the_run_confirms_it(
+    http_server: HttpServer, worker_type: str
+) -> None:
+    """Tar shards over a store answering 30 ms late (``/slow/0.03/``), read in 2 KiB
+    blocks one at a time (``read_ahead=1, read_ahead_max=1``): 15 round trips a 30 kB
+    shard. The counterfactual run reads 16 blocks ahead (autotune's floor, in the main
+    process and sent to the workers) and goes several times faster."""
+    urls = [f"{http_server.url}/slow/0.03/shards/part-{i:03d}.tar" for i in range(6)]
+    one_block = RemoteOptions(read_ahead=1, read_ahead_max=1)
+    shards = TarShards(urls, decode=None, block_size=2048, remote=one_block)
+    loader = DataLoader(shards, batch_size=2, num_workers=2, worker_type=worker_type)
+    report = loader.doctor(_blocked_step(0.002), batches=16)
+    assert report.bottleneck == "remote reads", report.text()
+    assert (
+        report.diagnosis.fix.read_ahead == 16
+        and "read_ahead=16" in report.diagnosis.fix.description
+    )
+    requests = report.run.stats.requests
+    assert requests.objects >= 2 and requests.read_waits > 2 * requests.objects
+    assert report.diagnosis.predicted_gain > 1.0
+    assert report.measured_gain is not None and report.measured_gain > 1.0, report.text()
+    after = report.counterfactual
+    assert after is not None and after.run.stats.requests.read_wait_s < requests.read_wait_s / 2
+    assert read_ahead_floor(2048) == 0  # the floor was the counterfactual's only
+    assert json.loads(report.to_json())["remote"]["objects"] == requests.objects
 
 
 def test_gil_bound_python_transform_wants_process_workers() -> None:

@@ -15,6 +15,7 @@ from conveyor.doctor.memory import copy_on_read
 from conveyor.doctor.ranks import across_ranks
 from conveyor.stats.figures import WorkerStats
 from conveyor.stats.report import LoaderStats
+from conveyor.stats.requests import RequestCounts
 from conveyor.torch_compat import TorchDataset
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
@@ -80,6 +81,44 @@ def test_waiting_workers_are_io_unless_the_cpu_queue_explains_the_wait() -> None
     assert io.bottleneck == "I/O latency"
     starved = diagnose(_run(10, 10, 40, 2, queued_s=3.0), floor_s=0.010, facts=FACTS)
     assert starved.bottleneck.startswith("worker CPU")
+
+
+def _remote(
+    run: Measurement, requests: int, objects: int, waits: int, wait_s: float
+) -> Measurement:
+    counts = RequestCounts(
+        requests=requests, objects=objects, read_waits=waits, read_wait_us=round(wait_s * 1e6)
+    )
+    return dataclasses.replace(run, stats=dataclasses.replace(run.stats, requests=counts))
+
+
+def test_readers_waiting_for_blocks_get_read_ahead_and_its_predicted_gain() -> None:
+    """100 batches of 40 ms busy (2 on a CPU) over 2 workers: 3.8 s off a CPU, of which
+    the readers waited 3.6 s in 100 waits (36 ms each), 100 blocks of 10 objects. With 16
+    blocks ahead a reader waits once per object: 10 waits stay, 3.24 s go, 32.4 ms a
+    batch; 7.6 ms busy per batch over 2 workers: 3.8 ms, not the 20 ms measured."""
+    waiting = _run(wait_ms=10, step_ms=10, busy_ms=40, cpu_ms=2)
+    run = _remote(waiting, requests=100, objects=10, waits=100, wait_s=3.6)
+    diagnosis = diagnose(run, floor_s=0.002, facts=FACTS)
+    assert diagnosis.bottleneck == "remote reads"
+    assert diagnosis.fix.read_ahead == 16 and diagnosis.fix.applicable
+    assert "RemoteOptions(read_ahead=16" in diagnosis.fix.description
+    assert diagnosis.fix.changes == {}  # the counterfactual changes the read-ahead only
+    assert diagnosis.predicted_period_s == pytest.approx(0.0038)
+    assert diagnosis.predicted_gain == pytest.approx(0.020 / 0.0038 - 1)
+    assert "100 waits of 36.0 ms" in diagnosis.evidence
+
+
+def test_remote_reads_that_read_ahead_would_not_shorten_stay_io_latency() -> None:
+    waiting = _run(wait_ms=10, step_ms=10, busy_ms=40, cpu_ms=2)
+    # the readers waited little of the workers' time off a CPU: something else is slow
+    assert diagnose(_remote(waiting, 100, 10, 100, 1.0), 0.002, FACTS).bottleneck == "I/O latency"
+    # one block per object: a reader already waits once an object, read-ahead saves nothing
+    one_block = _remote(waiting, 100, 100, 100, 3.6)
+    assert diagnose(one_block, 0.002, FACTS).bottleneck == "I/O latency"
+    # already read ahead: a wait an object, however many blocks each has
+    read_ahead = _remote(waiting, 100, 10, 10, 3.6)
+    assert diagnose(read_ahead, 0.002, FACTS).bottleneck == "I/O latency"
 
 
 def test_gc_pauses_that_explain_the_wait() -> None:

@@ -7,7 +7,7 @@ import gc
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from conveyor.distributed import RankCollectives, world_and_rank
@@ -73,9 +73,38 @@ def _try(loader: Any, fix: Fix, step: Step, batches: int, max_seconds: float) ->
         # the fix may ask for more process workers than CPUs on purpose (waiting workers)
         warnings.simplefilter("ignore", UserWarning)
         variant = loader._conveyor_variant(**fix.changes)
-        with _gc_frozen(fix.gc_freeze), _environ(fix.environ):
-            run, _ = measure(variant, step, batches, max_seconds)
+        with _gc_frozen(fix.gc_freeze), _environ(fix.environ), _read_ahead(fix.read_ahead):
+            on_start = _send_read_ahead(fix.read_ahead) if fix.read_ahead else None
+            run, _ = measure(variant, step, batches, max_seconds, on_start)
     return Counterfactual(run, run.period_s)
+
+
+@contextlib.contextmanager
+def _read_ahead(blocks: int) -> Iterator[None]:
+    """Every remote reader of this process (thread workers') and of workers forked from
+    it keeps ``blocks`` requested ahead, as autotune's floor does; then as before."""
+    if not blocks:
+        yield
+        return
+    from conveyor.storage.read_window import set_read_ahead_floor  # remote reads ran
+
+    before = set_read_ahead_floor(blocks)
+    try:
+        yield
+    finally:
+        set_read_ahead_floor(*before)
+
+
+def _send_read_ahead(blocks: int) -> Callable[[Any], None]:
+    """Workers not forked from this process (spawn, forkserver) get the floor as autotune
+    sends it, a `Tuning` message (from their first tasks after the ones dealt at start)."""
+
+    def send(iterator: Any) -> None:
+        send_to_workers = getattr(iterator, "_send_read_ahead", None)
+        if send_to_workers is not None:
+            send_to_workers(blocks)
+
+    return send
 
 
 def _copy_on_read(loader: Any, run: Measurement, facts: LoaderFacts) -> MemoryFinding | None:

@@ -107,17 +107,22 @@ class _GcClock:
 
 
 def measure(
-    loader: Any, step: Step, batches: int, max_seconds: float
+    loader: Any,
+    step: Step,
+    batches: int,
+    max_seconds: float,
+    on_start: Callable[[Any], None] | None = None,
 ) -> tuple[Measurement, list[Any]]:
     """Run ``loader`` for up to ``batches`` batches (or ``max_seconds``) under ``step``;
     the measurement and the first few batches. The epoch is left unfinished. Under
     torch.distributed every rank runs all ``batches`` (a step may hold collectives: ranks
-    stopping at different batches would hang)."""
+    stopping at different batches would hang). ``on_start`` gets the epoch's iterator
+    before its first batch (a counterfactual's message to the workers)."""
     if world_and_rank()[0] > 1:
         max_seconds = float("inf")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ShmFallbackWarning)
-        measured, kept = _measure(loader, step, batches, max_seconds)
+        measured, kept = _measure(loader, step, batches, max_seconds, on_start)
     notes = [str(w.message) for w in caught if issubclass(w.category, ShmFallbackWarning)]
     for w in caught:  # the user's own warnings go on as they would have
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -127,11 +132,17 @@ def measure(
 
 
 def _measure(
-    loader: Any, step: Step, batches: int, max_seconds: float
+    loader: Any,
+    step: Step,
+    batches: int,
+    max_seconds: float,
+    on_start: Callable[[Any], None] | None,
 ) -> tuple[Measurement, list[Any]]:
     kept: list[Any] = []
     iterator = iter(loader)
     try:
+        if on_start is not None:
+            on_start(iterator)
         first = next(iterator, None)
         if first is None:
             raise ValueError("doctor: the loader yields no batch")

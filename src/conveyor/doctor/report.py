@@ -9,6 +9,7 @@ from typing import Any
 from conveyor.doctor.diagnosis import Diagnosis, LoaderFacts
 from conveyor.doctor.measure import Measurement
 from conveyor.doctor.memory import MemoryFinding
+from conveyor.stats.requests import RequestCounts
 
 __all__ = ["Counterfactual", "DoctorReport", "MemoryCounterfactual"]
 
@@ -86,11 +87,13 @@ class DoctorReport:
             "evidence": diagnosis.evidence,
             "fix": diagnosis.fix.description,
             "fix_changes": diagnosis.fix.changes,
+            "fix_read_ahead": diagnosis.fix.read_ahead or None,
             "predicted_gain": diagnosis.predicted_gain,
             "measured_gain": self.measured_gain,
             "measured_period_ms_with_fix": (
                 None if self.counterfactual is None else self.counterfactual.period_s * 1e3
             ),
+            "remote": _remote_dict(stats.requests, run),
             "worker_private_mb": [
                 [start / 1e6, end / 1e6] for start, end in self.run.worker_memory
             ],
@@ -143,6 +146,13 @@ class DoctorReport:
             f"GC paused it {run.gc_pause_s * 1e3:.0f} ms ({run.gc_collections} collections); "
             f"{stats.bytes_moved / max(1, stats.batches) / 1e3:.0f} kB per batch crossed",
         ]
+        remote = _remote_dict(stats.requests, run)
+        if remote is not None:
+            lines.append(
+                f"  remote: {remote['requests']:,} requests for {remote['objects']:,} objects; "
+                f"readers waited {remote['read_wait_ms_per_batch']:.1f} ms per batch "
+                f"({remote['read_waits']:,} waits)"
+            )
         for w in stats.workers:
             per = max(1, w.batches)
             lines.append(
@@ -188,6 +198,21 @@ class DoctorReport:
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _remote_dict(counts: RequestCounts, run: Measurement) -> dict[str, Any] | None:
+    """The run's remote reads (None without any): what the ``remote reads`` verdict weighs."""
+    if not counts.requests:
+        return None
+    tasks = max(1, sum(w.batches for w in run.stats.workers) or run.stats.batches)
+    return {
+        "requests": counts.requests,
+        "objects": counts.objects,
+        "read_waits": counts.read_waits,
+        "read_wait_ms_per_batch": counts.read_wait_s * 1e3 / tasks,
+        "throttled": counts.throttled,
+        "hedged": counts.hedged,
+    }
 
 
 def _busy_share(busy_s: float, run: Measurement) -> float:

@@ -48,6 +48,7 @@ from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.read_window import host_window, read_ahead_floor
 from conveyor.storage.redaction import redact_text, redact_url
+from conveyor.storage.request_tally import count
 from conveyor.storage.retry import RemoteReadError
 
 __all__ = ["Answer", "RangeSource", "RangedReader"]
@@ -88,6 +89,7 @@ class RangedReader(io.RawIOBase):
         self._waited_s = 0.0  # time spent waiting for blocks (the reader's demand leaves it out)
         self._block_began: tuple[float, float] | None = None  # (clock, waited) at a block's start
         self._warming: Future[None] | None = None  # connections for the blocks held for the size
+        count("objects")
 
     # -- blocks
 
@@ -231,7 +233,10 @@ class RangedReader(io.RawIOBase):
         began = time.monotonic()
         try:
             if not block.wait_for(offset):
-                self._waited_s += time.monotonic() - began
+                waited = time.monotonic() - began
+                self._waited_s += waited
+                count("read_waits")  # stats().requests: the doctor's remote-reads verdict
+                count("read_wait_us", round(waited * 1e6))
         except CancelledError:
             raise OSError(f"read of {redact_url(self.url)!r} was cancelled") from None
         error = block.error
