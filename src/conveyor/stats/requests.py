@@ -30,7 +30,7 @@ class RequestCounts:
     listings: int = 0
     """Listing calls (a glob or a prefix listed)."""
     objects: int = 0
-    """Remote objects opened for reading (one reader each: a shard, a file)."""
+    """Remote objects read (a shard, a file; one opened early and not read yet is not)."""
     read_waits: int = 0
     """Times a reader found the bytes it needed not yet arrived and waited."""
     read_wait_us: int = 0

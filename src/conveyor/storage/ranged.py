@@ -89,7 +89,6 @@ class RangedReader(io.RawIOBase):
         self._waited_s = 0.0  # time spent waiting for blocks (the reader's demand leaves it out)
         self._block_began: tuple[float, float] | None = None  # (clock, waited) at a block's start
         self._warming: Future[None] | None = None  # connections for the blocks held for the size
-        count("objects")
 
     # -- blocks
 
@@ -246,7 +245,7 @@ class RangedReader(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         self._check_open()
         wanted = -1 if size is None or size < 0 else size
-        self._read_any = True
+        self._first_read()
         self._holding = False  # its turn has come
         parts: list[bytes] = []
         while wanted != 0:
@@ -258,12 +257,17 @@ class RangedReader(io.RawIOBase):
                 wanted -= len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _first_read(self) -> None:
+        if not self._read_any:  # an object opened early and never read is not counted
+            self._read_any = True
+            count("objects")
+
     def readall(self) -> bytes:
         return self.read(-1)
 
     def read1(self, size: int = -1) -> bytes:
         self._check_open()
-        self._read_any = True
+        self._first_read()
         self._holding = False
         return self._chunk(size if size >= 0 else self.block_bytes)
 
