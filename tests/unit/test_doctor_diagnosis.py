@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from conveyor import StringTable
-from conveyor.doctor import LoaderFacts
+from conveyor.doctor import LoaderFacts, ranks
 from conveyor.doctor.containers import MIN_ITEMS, LargeContainer, large_containers
 from conveyor.doctor.diagnosis import cores_for_workers, diagnose
 from conveyor.doctor.measure import Measurement
@@ -236,3 +237,23 @@ def test_large_containers_skips_shared_tables_and_looks_into_wrapped_datasets() 
     assert [c.path for c in large_containers(Outer(), shared=("labels",))] == ["dataset.paths"]
     paths = next(c for c in found if c.path == "dataset.paths")
     assert paths.strings and paths.length == MIN_ITEMS and paths.objects_bytes > 40 * MIN_ITEMS
+
+
+def test_a_rank_adopting_a_remote_reads_fix_runs_its_read_ahead_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every rank must run the slowest rank's counterfactual (a step holding collectives
+    would wait for a rank that does not): its read-ahead comes across with the verdict."""
+    waiting = _run(wait_ms=10, step_ms=10, busy_ms=40, cpu_ms=2)
+    slow = diagnose(_remote(waiting, 100, 10, 100, 3.6), floor_s=0.002, facts=FACTS)
+    mine = diagnose(_run(0.1, 10, 5, 5, ready=1.0), floor_s=0.010, facts=FACTS)
+    theirs = ranks._as_record(1, slow, waiting, 0.002)
+    monkeypatch.setattr(ranks, "world_and_rank", lambda: (2, 0))
+    monkeypatch.setattr(
+        ranks.RankCollectives,
+        "all_texts",
+        lambda self, text: [text, json.dumps(theirs)],
+    )
+    adopted = ranks.across_ranks(mine, _run(0.1, 10, 5, 5, ready=1.0), 0.010)
+    assert adopted.fix.read_ahead == 16 and adopted.fix.applicable
+    assert adopted.bottleneck == "rank imbalance"
