@@ -20,9 +20,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from remote_servers import HttpServer
 
-from conveyor import DataLoader
+from conveyor import DataLoader, StringTable, TarShards
 from conveyor.engine.loop import base_iterator
+from conveyor.storage import RemoteOptions
+from conveyor.storage.read_window import read_ahead_floor
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 from conveyor.vision import CenterCropDecoder
 
@@ -87,6 +90,34 @@ def test_io_latency_needs_more_workers_and_the_run_confirms_it() -> None:
     assert report.diagnosis.fix.changes["num_workers"] >= 5  # 20 ms * 1.2 / 4 ms
     assert report.diagnosis.predicted_gain > 1.0
     assert report.measured_gain is not None and report.measured_gain > 0.8
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_remote_reads_one_block_at_a_time_get_read_ahead_and_the_run_confirms_it(
+    http_server: HttpServer, worker_type: str
+) -> None:
+    """Tar shards over a store answering 30 ms late (``/slow/0.03/``), read in 2 KiB
+    blocks one at a time (``read_ahead=1, read_ahead_max=1``): 15 round trips a 30 kB
+    shard. The counterfactual run reads 16 blocks ahead (autotune's floor, in the main
+    process and sent to the workers) and goes several times faster."""
+    urls = [f"{http_server.url}/slow/0.03/shards/part-{i:03d}.tar" for i in range(6)]
+    one_block = RemoteOptions(read_ahead=1, read_ahead_max=1)
+    shards = TarShards(urls, decode=None, block_size=2048, remote=one_block)
+    loader = DataLoader(shards, batch_size=2, num_workers=2, worker_type=worker_type)
+    report = loader.doctor(_blocked_step(0.002), batches=16)
+    assert report.bottleneck == "remote reads", report.text()
+    assert (
+        report.diagnosis.fix.read_ahead == 16
+        and "read_ahead=16" in report.diagnosis.fix.description
+    )
+    requests = report.run.stats.requests
+    assert requests.objects >= 2 and requests.read_waits > 2 * requests.objects
+    assert report.diagnosis.predicted_gain > 1.0
+    assert report.measured_gain is not None and report.measured_gain > 1.0, report.text()
+    after = report.counterfactual
+    assert after is not None and after.run.stats.requests.read_wait_s < requests.read_wait_s / 2
+    assert read_ahead_floor(2048) == 0  # the floor was the counterfactual's only
+    assert json.loads(report.to_json())["remote"]["objects"] == requests.objects
 
 
 def test_gil_bound_python_transform_wants_process_workers() -> None:
@@ -287,3 +318,67 @@ def test_full_jpeg_decodes_that_are_cropped_get_the_crop_aware_decoder_named() -
         _blocked_step(0.0005), batches=12, counterfactual=False
     )
     assert "CropDecoder" not in at_size.diagnosis.fix.description  # decoded at size already
+
+
+class Names:
+    """A dataset holding its file names as a Python list: one str object a sample."""
+
+    def __init__(self, names: Any) -> None:
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> int:
+        return len(str(self.names[i]))  # reading the item writes its reference count
+
+
+def _names(n: int) -> list[str]:
+    return [f"images/train/{i:08d}_{i * 7919 % 100003}.jpg" for i in range(n)]
+
+
+def _names_loader(names: Any, share_records: bool = False) -> DataLoader[Any]:
+    return DataLoader(
+        Names(names),
+        batch_size=32,
+        num_workers=2,
+        shuffle=True,
+        share_records=share_records,
+        multiprocessing_context="fork",
+    )
+
+
+def test_copy_on_read_is_a_memory_finding_and_a_string_table_removes_it() -> None:
+    names = _names(300_000)
+    loader = _names_loader(names)
+    report = loader.doctor(_blocked_step(0.002), batches=48)
+    memory = report.memory
+    assert memory is not None and memory.attribute == "names"
+    assert "conveyor.StringTable(dataset.names)" in memory.fix
+    assert memory.growth_bytes > 1.5e6  # ~3 MB each over 1,536 random samples
+    assert memory.epoch_bytes > 15e6  # 300k str objects: a copy each by the epoch's end
+    assert report.bottleneck == "training step"  # the speed verdict stands beside it
+    after = report.memory_counterfactual
+    assert after is not None and after.growth_bytes is not None
+    assert after.growth_bytes < 0.3 * memory.growth_bytes  # measured with a StringTable
+    assert loader.dataset.names is names  # restored after the counterfactual
+    assert "memory (a memory finding, beside the speed verdict)" in report.text()
+    data = json.loads(report.to_json())["memory"]
+    assert data["attribute"] == "names" and data["measured_saving_mb_per_worker"] > 1.0
+    # the same names in a StringTable, or shared by the loader itself: nothing to find
+    for shared in (
+        _names_loader(StringTable(names)),
+        _names_loader(names, share_records=True),
+    ):
+        quiet = shared.doctor(_blocked_step(0.002), batches=48, counterfactual=False)
+        assert quiet.run.worker_memory and quiet.memory is None
+
+
+def test_a_list_of_record_dicts_gets_columns_advised() -> None:
+    records = [{"file": name, "label": i} for i, name in enumerate(_names(150_000))]
+    report = _names_loader(records, share_records=True).doctor(_blocked_step(0.002), batches=32)
+    memory = report.memory
+    assert memory is not None and memory.container.item_types == ("dict",)
+    assert "as columns" in memory.fix and "StringTable" in memory.fix
+    after = report.memory_counterfactual
+    assert after is not None and after.growth_bytes is None  # not rewritten by the doctor

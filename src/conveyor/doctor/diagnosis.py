@@ -26,6 +26,8 @@ from conveyor.transport.options import ENV_SHM_MAX_BYTES
 __all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]
 
 GIL_CORES = 1.3  # thread workers together on a CPU no more than this: the GIL holds them
+READ_AHEAD_FIX = 16  # blocks: the remote read-ahead the doctor advises (autotune's widest)
+REMOTE_WAIT_SHARE = 0.5  # readers' waits this share of the workers' off-CPU time: remote reads
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,11 @@ class Fix:
     changes: dict[str, Any] = field(default_factory=dict)  # loader attribute -> value
     gc_freeze: bool = False  # gc.freeze() before the run (the heap stops being scanned)
     environ: dict[str, str | None] = field(default_factory=dict)  # None: unset it
+    read_ahead: int = 0  # blocks every remote reader keeps requested ahead (autotune's floor)
 
     @property
     def applicable(self) -> bool:
-        return bool(self.changes) or self.gc_freeze or bool(self.environ)
+        return bool(self.changes) or self.gc_freeze or bool(self.environ) or self.read_ahead > 0
 
 
 @dataclass(frozen=True)
@@ -105,16 +108,31 @@ def diagnose(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     busy, cpu = busy_s / tasks, sum(w.cpu_s for w in workers) / tasks
     collate = sum(w.collate_s for w in workers) / tasks
     longest = max((w.longest_s for w in workers), default=0.0)
+    # off a CPU: waiting for one (runnable, the machine is short) or on I/O
+    queued = run.cpu_queue_s / tasks
+    waiting = cpu < CPU_SHARE * busy and queued < 0.5 * (busy - cpu)
+    # remote reads before the slow samples: a shard's first read is one of them
+    named = _remote_reads(run, floor_s, facts, busy) if waiting else None
+    named = named or _held_back(run, floor_s, facts, busy, longest)
+    if named is not None:
+        return named
+    if waiting:
+        return _waiting_workers(run, floor_s, facts, busy)
+    return _cpu_workers(run, floor_s, facts, busy, cpu, collate)
+
+
+def _held_back(
+    run: Measurement, floor_s: float, facts: LoaderFacts, busy: float, longest: float
+) -> Diagnosis | None:
+    """Batches ready yet the loop waits: behind a slow one (in order), or in the main
+    process receiving them."""
+    stats = run.stats
     held = stats.mean_held_while_waiting  # later batches ready while the loop waited
     if facts.in_order and held >= 1 and longest >= STRAGGLER_RATIO * busy > 0:
         return _straggler(run, floor_s, facts, busy, longest)
     if stats.ready_share >= 0.8 and stats.workers_busy_share < 0.6:
         return _main_process(run, floor_s, facts)
-    # off a CPU: waiting for one (runnable, the machine is short) or on I/O
-    queued = run.cpu_queue_s / tasks
-    if cpu < CPU_SHARE * busy and queued < 0.5 * (busy - cpu):
-        return _waiting_workers(run, floor_s, facts, busy)
-    return _cpu_workers(run, floor_s, facts, busy, cpu, collate)
+    return None
 
 
 def _between_workers_and_loop(
@@ -297,6 +315,52 @@ def _waiting_workers(
         changes["worker_type"] = "thread"  # waiting threads are cheaper than processes
     fix = Fix(", ".join(f"{k}={v!r}" for k, v in changes.items()) + " (or read ahead)", changes)
     return Diagnosis("I/O latency", evidence, fix, run.period_s, predicted)
+
+
+def _remote_reads(
+    run: Measurement, floor_s: float, facts: LoaderFacts, busy: float
+) -> Diagnosis | None:
+    """Workers waiting mostly on remote readers that waited for blocks: each wait is a
+    block's round trip the window did not hide. With ``READ_AHEAD_FIX`` blocks requested
+    ahead a reader waits about once per ``READ_AHEAD_FIX`` blocks of an object (its first
+    block; the others arrive meanwhile), so the waits beyond that go, each at the mean
+    wait measured. None where that saves too little: more workers are the fix then."""
+    counts, workers = run.stats.requests, run.stats.workers
+    off_cpu_s = sum(max(0.0, w.busy_s - w.cpu_s) for w in workers)
+    wait_s = counts.read_wait_s
+    if not counts.requests or not counts.objects or not counts.read_waits:
+        return None
+    if wait_s < REMOTE_WAIT_SHARE * off_cpu_s:
+        return None
+    blocks_per_object = counts.requests / counts.objects
+    waits_after = counts.objects * math.ceil(blocks_per_object / READ_AHEAD_FIX)
+    saved_s = wait_s * max(0.0, 1.0 - waits_after / counts.read_waits)
+    tasks = max(1, sum(w.batches for w in workers))
+    busy_after = max(busy - saved_s / tasks, 0.0)
+    predicted = _predicted(floor_s, busy_after / max(1, facts.num_workers))
+    if predicted >= 0.9 * run.period_s:
+        return None
+    evidence = (
+        f"workers busy {busy * 1e3:.1f} ms per batch, mostly off a CPU; their remote readers "
+        f"waited {wait_s / tasks * 1e3:.1f} ms of it for blocks ({counts.read_waits:,} waits "
+        f"of {wait_s / counts.read_waits * 1e3:.1f} ms on average, {counts.requests:,} "
+        f"requests for {counts.objects:,} objects): round trips that read-ahead did not hide"
+    )
+    blocks = READ_AHEAD_FIX
+    fix = Fix(
+        f"read ahead {blocks} blocks: RemoteOptions(read_ahead={blocks}, "
+        f"read_ahead_max={blocks}) for the dataset's remote reads (or "
+        f"CONVEYOR_REMOTE_READ_AHEAD={blocks} where it takes the defaults, or autotune=True);"
+        f" memory: up to {blocks} blocks per open object",
+        read_ahead=blocks,
+    )
+    if busy_after / max(1, facts.num_workers) > 1.1 * floor_s:
+        more = max(facts.num_workers + 1, math.ceil(busy_after * 1.2 / max(floor_s, 1e-6)))
+        more = min(more, 4 * max(facts.cpus, facts.num_workers), 32)
+        threads = facts.worker_type == "process" and more > facts.cpus
+        kind = ", worker_type='thread'" if threads else ""  # waiting threads cost less
+        fix = Fix(f"{fix.description}; then num_workers={more}{kind}", read_ahead=blocks)
+    return Diagnosis("remote reads", evidence, fix, run.period_s, predicted)
 
 
 def _cpu_workers(

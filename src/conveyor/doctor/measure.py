@@ -46,6 +46,15 @@ class Measurement:
     cpu_queue_s: float = 0.0  # workers runnable but waiting for a CPU (Linux schedstat)
     idle_cores: float | None = None  # CPUs the whole machine left idle, on average (/proc/stat)
     shm_note: str | None = None  # why batches were pickled: shared memory too scarce for slabs
+    # each worker process's private memory (bytes) after the first batch and at the end
+    worker_memory: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def worker_growth_bytes(self) -> float:
+        """The mean growth of the worker processes' private memory over the run (0: none
+        measured, or thread workers)."""
+        grown = [end - start for start, end in self.worker_memory]
+        return sum(grown) / len(grown) if grown else 0.0
 
     @property
     def pin_per_batch_s(self) -> float:
@@ -98,17 +107,22 @@ class _GcClock:
 
 
 def measure(
-    loader: Any, step: Step, batches: int, max_seconds: float
+    loader: Any,
+    step: Step,
+    batches: int,
+    max_seconds: float,
+    on_start: Callable[[Any], None] | None = None,
 ) -> tuple[Measurement, list[Any]]:
     """Run ``loader`` for up to ``batches`` batches (or ``max_seconds``) under ``step``;
     the measurement and the first few batches. The epoch is left unfinished. Under
     torch.distributed every rank runs all ``batches`` (a step may hold collectives: ranks
-    stopping at different batches would hang)."""
+    stopping at different batches would hang). ``on_start`` gets the epoch's iterator
+    before its first batch (a counterfactual's message to the workers)."""
     if world_and_rank()[0] > 1:
         max_seconds = float("inf")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ShmFallbackWarning)
-        measured, kept = _measure(loader, step, batches, max_seconds)
+        measured, kept = _measure(loader, step, batches, max_seconds, on_start)
     notes = [str(w.message) for w in caught if issubclass(w.category, ShmFallbackWarning)]
     for w in caught:  # the user's own warnings go on as they would have
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -118,11 +132,17 @@ def measure(
 
 
 def _measure(
-    loader: Any, step: Step, batches: int, max_seconds: float
+    loader: Any,
+    step: Step,
+    batches: int,
+    max_seconds: float,
+    on_start: Callable[[Any], None] | None,
 ) -> tuple[Measurement, list[Any]]:
     kept: list[Any] = []
     iterator = iter(loader)
     try:
+        if on_start is not None:
+            on_start(iterator)
         first = next(iterator, None)
         if first is None:
             raise ValueError("doctor: the loader yields no batch")
@@ -132,6 +152,8 @@ def _measure(
         step(first)
         del first
         tasks = _worker_tasks(iterator)
+        pids = _worker_pids(iterator)
+        memory = [_private_bytes(pid) for pid in pids]
         queued, ticks = _queued_s(tasks), _cpu_ticks()
         started, cpu_started = time.perf_counter(), time.process_time()
         loop_started = time.thread_time()
@@ -149,6 +171,11 @@ def _measure(
         loop_cpu = time.thread_time() - loop_started
         queued = _queued_s(tasks) - queued
         idle = _idle_cores(ticks, _cpu_ticks())
+        grown = tuple(
+            (start, end)
+            for start, end in zip(memory, [_private_bytes(pid) for pid in pids], strict=True)
+            if start is not None and end is not None
+        )
         stats = loader.stats()
         # stopped early (deadline): the replay's batches come after the measured run
         kept.extend(itertools.islice(iterator, KEPT_BATCHES - len(kept)))
@@ -157,7 +184,15 @@ def _measure(
         if close is not None and not getattr(loader, "persistent_workers", False):
             close()  # the doctor's run ends here: its workers too
     measured = Measurement(
-        stats, wall, gc_clock.pause_s, gc_clock.collections, cpu, loop_cpu, queued, idle
+        stats,
+        wall,
+        gc_clock.pause_s,
+        gc_clock.collections,
+        cpu,
+        loop_cpu,
+        queued,
+        idle,
+        worker_memory=grown,
     )
     return measured, kept
 
@@ -170,11 +205,30 @@ def _may_end_within(loader: Any, batches: int) -> bool:
         return True
 
 
+def _worker_pids(iterator: Any) -> list[int]:
+    """The worker processes' ids (none with thread workers or without workers)."""
+    pids = [getattr(w, "pid", None) for w in getattr(iterator, "_workers", [])]
+    return [pid for pid in pids if isinstance(pid, int) and pid]
+
+
+def _private_bytes(pid: int) -> int | None:
+    """The pages only process ``pid`` holds (its unique set size): those a forked worker
+    wrote, copy-on-read included. None where /proc/PID/smaps_rollup is not to be read
+    (not Linux 4.14+, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            lines = rollup.read().splitlines()
+    except OSError:
+        return None
+    private = ("Private_Clean:", "Private_Dirty:")
+    kib = [int(line.split()[1]) for line in lines if line.startswith(private)]
+    return 1024 * sum(kib) if kib else None
+
+
 def _worker_tasks(iterator: Any) -> list[str]:
     """/proc directories of the threads that fetch: worker processes' threads, or with
     thread workers this process's threads but the loop's own."""
-    pids = [getattr(w, "pid", None) for w in getattr(iterator, "_workers", [])]
-    pids = [pid for pid in pids if pid]
+    pids = _worker_pids(iterator)
     if pids:
         return [f"/proc/{pid}/task/{tid}" for pid in pids for tid in _listdir(f"/proc/{pid}/task")]
     try:

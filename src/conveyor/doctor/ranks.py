@@ -10,6 +10,7 @@ waited longest for data, with that rank's fix. So every rank runs the same count
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -32,11 +33,12 @@ def across_ranks(diagnosis: Diagnosis, run: Measurement, floor_s: float) -> Diag
     ranks = [json.loads(text) for text in RankCollectives().all_texts(json.dumps(mine))]
     slowest = max(ranks, key=lambda r: (r["wait_s"], -r["rank"]))
     fastest = min(ranks, key=lambda r: r["wait_s"])
-    fix = Fix(
+    fix = Fix(  # all of it: a rank whose Fix ran no counterfactual would leave the others waiting
         slowest["fix"],
         dict(slowest["changes"]),
         slowest["gc_freeze"],
         dict(slowest["environ"]),
+        slowest["read_ahead"],
     )
     predicted = max(floor_s, slowest["predicted_s"])
     imbalanced = slowest["wait_s"] >= BOTTLENECK_WAIT_SHARE * slowest["period_s"] and slowest[
@@ -52,9 +54,7 @@ def across_ranks(diagnosis: Diagnosis, run: Measurement, floor_s: float) -> Diag
         f"{slowest['evidence']}); the other ranks wait for it in every collective of the step. "
         f"Data wait per batch: {waits}"
     )
-    fix = Fix(
-        f"{fix.description} (rank {slowest['rank']}'s fix)", fix.changes, fix.gc_freeze, fix.environ
-    )
+    fix = dataclasses.replace(fix, description=f"{fix.description} (rank {slowest['rank']}'s fix)")
     return Diagnosis("rank imbalance", evidence, fix, run.period_s, predicted)
 
 
@@ -71,5 +71,6 @@ def _as_record(rank: int, diagnosis: Diagnosis, run: Measurement, floor_s: float
         "changes": fix.changes,
         "gc_freeze": fix.gc_freeze,
         "environ": fix.environ,
+        "read_ahead": fix.read_ahead,
         "predicted_s": diagnosis.predicted_period_s,
     }

@@ -8,8 +8,10 @@ from typing import Any
 
 from conveyor.doctor.diagnosis import Diagnosis, LoaderFacts
 from conveyor.doctor.measure import Measurement
+from conveyor.doctor.memory import MemoryFinding
+from conveyor.stats.requests import RequestCounts
 
-__all__ = ["Counterfactual", "DoctorReport"]
+__all__ = ["Counterfactual", "DoctorReport", "MemoryCounterfactual"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,17 @@ class Counterfactual:
 
 
 @dataclass(frozen=True)
+class MemoryCounterfactual:
+    """The memory fix tried: the workers' growth over the same run with it, or why not."""
+
+    growth_bytes: float | None  # mean per worker process with the fix; None: not run
+    note: str  # what the run changed, or why it did not run
+
+    def saving_over(self, before_bytes: float) -> float | None:
+        return None if self.growth_bytes is None else before_bytes - self.growth_bytes
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     """``loader.doctor()``: print it (``text()``) or keep it (``as_dict()``, ``to_json()``)."""
 
@@ -33,6 +46,8 @@ class DoctorReport:
     diagnosis: Diagnosis
     counterfactual: Counterfactual | None
     duration_s: float
+    memory: MemoryFinding | None = None  # beside the speed verdict: MB, not batches/s
+    memory_counterfactual: MemoryCounterfactual | None = None
 
     @property
     def bottleneck(self) -> str:
@@ -72,12 +87,45 @@ class DoctorReport:
             "evidence": diagnosis.evidence,
             "fix": diagnosis.fix.description,
             "fix_changes": diagnosis.fix.changes,
+            "fix_read_ahead": diagnosis.fix.read_ahead or None,
             "predicted_gain": diagnosis.predicted_gain,
             "measured_gain": self.measured_gain,
             "measured_period_ms_with_fix": (
                 None if self.counterfactual is None else self.counterfactual.period_s * 1e3
             ),
+            "remote": _remote_dict(stats.requests, run),
+            "worker_private_mb": [
+                [start / 1e6, end / 1e6] for start, end in self.run.worker_memory
+            ],
+            "memory": self._memory_dict(),
             "duration_s": self.duration_s,
+        }
+
+    def _memory_dict(self) -> dict[str, Any] | None:
+        finding, after = self.memory, self.memory_counterfactual
+        if finding is None:
+            return None
+        container = finding.container
+        saving = None if after is None else after.saving_over(finding.growth_bytes)
+        return {
+            "finding": "copy-on-read",
+            "attribute": finding.attribute,
+            "container": {
+                "kind": container.kind,
+                "length": container.length,
+                "item_types": list(container.item_types),
+                "objects_mb": container.objects_bytes / 1e6,
+            },
+            "evidence": finding.evidence,
+            "fix": finding.fix,
+            "growth_mb_per_worker": finding.growth_bytes / 1e6,
+            "predicted_saving_mb_per_worker": finding.predicted_saving_bytes / 1e6,
+            "epoch_mb_per_worker": finding.epoch_bytes / 1e6,
+            "measured_growth_mb_per_worker_with_fix": (
+                None if after is None or after.growth_bytes is None else after.growth_bytes / 1e6
+            ),
+            "measured_saving_mb_per_worker": None if saving is None else saving / 1e6,
+            "counterfactual_note": None if after is None else after.note,
         }
 
     def to_json(self) -> str:
@@ -98,6 +146,13 @@ class DoctorReport:
             f"GC paused it {run.gc_pause_s * 1e3:.0f} ms ({run.gc_collections} collections); "
             f"{stats.bytes_moved / max(1, stats.batches) / 1e3:.0f} kB per batch crossed",
         ]
+        remote = _remote_dict(stats.requests, run)
+        if remote is not None:
+            lines.append(
+                f"  remote: {remote['requests']:,} requests for {remote['objects']:,} objects; "
+                f"readers waited {remote['read_wait_ms_per_batch']:.1f} ms per batch "
+                f"({remote['read_waits']:,} waits)"
+            )
         for w in stats.workers:
             per = max(1, w.batches)
             lines.append(
@@ -115,11 +170,49 @@ class DoctorReport:
                 f"counterfactual: one batch every {after.period_s * 1e3:.1f} ms with the fix: "
                 f"predicted {d.predicted_gain:+.0%}, measured {after.gain_over(run.period_s):+.0%}"
             )
+        lines += self._memory_lines()
         lines.append(f"(doctor took {self.duration_s:.1f} s)")
         return "\n".join(lines)
 
+    def _memory_lines(self) -> list[str]:
+        finding, after = self.memory, self.memory_counterfactual
+        if finding is None:
+            return []
+        predicted = finding.predicted_saving_bytes / 1e6
+        lines = [
+            f"memory (a memory finding, beside the speed verdict): {finding.evidence}",
+            f"memory fix: {finding.fix}; predicted saving {predicted:.1f} MB per worker over "
+            f"this run (~{finding.epoch_bytes / 1e6:.0f} MB by the epoch's end), no speed gain",
+        ]
+        if after is not None:
+            saving = after.saving_over(finding.growth_bytes)
+            if saving is None or after.growth_bytes is None:
+                lines.append(f"memory counterfactual: not run: {after.note}")
+            else:
+                lines.append(
+                    f"memory counterfactual ({after.note}): workers grew "
+                    f"{after.growth_bytes / 1e6:.1f} MB each: predicted saving {predicted:.1f} "
+                    f"MB per worker, measured {saving / 1e6:.1f} MB"
+                )
+        return lines
+
     def __str__(self) -> str:
         return self.text()
+
+
+def _remote_dict(counts: RequestCounts, run: Measurement) -> dict[str, Any] | None:
+    """The run's remote reads (None without any): what the ``remote reads`` verdict weighs."""
+    if not counts.requests:
+        return None
+    tasks = max(1, sum(w.batches for w in run.stats.workers) or run.stats.batches)
+    return {
+        "requests": counts.requests,
+        "objects": counts.objects,
+        "read_waits": counts.read_waits,
+        "read_wait_ms_per_batch": counts.read_wait_s * 1e3 / tasks,
+        "throttled": counts.throttled,
+        "hedged": counts.hedged,
+    }
 
 
 def _busy_share(busy_s: float, run: Measurement) -> float:

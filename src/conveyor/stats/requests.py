@@ -29,6 +29,18 @@ class RequestCounts:
     """Hedges that answered before the request they doubled."""
     listings: int = 0
     """Listing calls (a glob or a prefix listed)."""
+    objects: int = 0
+    """Remote objects read (a shard, a file; one opened early and not read yet is not)."""
+    read_waits: int = 0
+    """Times a reader found the bytes it needed not yet arrived and waited."""
+    read_wait_us: int = 0
+    """Microseconds the readers waited for bytes not yet arrived: the round trips that
+    read-ahead did not hide (the doctor's ``remote reads`` verdict weighs it)."""
+
+    @property
+    def read_wait_s(self) -> float:
+        """`read_wait_us` in seconds."""
+        return self.read_wait_us / 1e6
 
     def __add__(self, other: RequestCounts) -> RequestCounts:
         return RequestCounts(*(a + b for a, b in zip(_values(self), _values(other), strict=True)))

@@ -56,6 +56,7 @@ from conveyor.storage.options import RemoteOptions
 from conveyor.storage.pinning import ObjectFacts
 from conveyor.storage.read_window import host_window, read_ahead_floor
 from conveyor.storage.redaction import redact_text, redact_url
+from conveyor.storage.request_tally import count
 from conveyor.storage.retry import RemoteReadError
 
 __all__ = ["BLOCKS_PER_THROTTLED_REQUEST", "Answer", "RangeSource", "RangedReader"]
@@ -300,7 +301,10 @@ class RangedReader(io.RawIOBase):
         began = time.monotonic()
         try:
             if not block.wait_for(offset):
-                self._waited_s += time.monotonic() - began
+                waited = time.monotonic() - began
+                self._waited_s += waited
+                count("read_waits")  # stats().requests: the doctor's remote-reads verdict
+                count("read_wait_us", round(waited * 1e6))
         except CancelledError:
             raise OSError(f"read of {redact_url(self.url)!r} was cancelled") from None
         error = block.error
@@ -310,7 +314,7 @@ class RangedReader(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         self._check_open()
         wanted = -1 if size is None or size < 0 else size
-        self._read_any = True
+        self._first_read()
         self._holding = False  # its turn has come
         parts: list[bytes] = []
         while wanted != 0:
@@ -322,12 +326,17 @@ class RangedReader(io.RawIOBase):
                 wanted -= len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _first_read(self) -> None:
+        if not self._read_any:  # an object opened early and never read is not counted
+            self._read_any = True
+            count("objects")
+
     def readall(self) -> bytes:
         return self.read(-1)
 
     def read1(self, size: int = -1) -> bytes:
         self._check_open()
-        self._read_any = True
+        self._first_read()
         self._holding = False
         return self._chunk(size if size >= 0 else self.block_bytes)
 

@@ -116,10 +116,13 @@ def read_ahead_floor(block_bytes: int) -> int:
     return max(1, min(_floor, _floor_max_bytes // max(1, block_bytes)))
 
 
-def set_read_ahead_floor(blocks: int, max_bytes: int | None = None) -> None:
+def set_read_ahead_floor(blocks: int, max_bytes: int | None = None) -> tuple[int, int | None]:
     """Autotune's window for this process's readers, from their next request on: at least
-    ``blocks`` blocks, within ``max_bytes`` per reader (None: no byte limit)."""
+    ``blocks`` blocks, within ``max_bytes`` per reader (None: no byte limit). Returns the
+    floor before, to restore (the doctor's counterfactual sets one for a run)."""
     global _floor, _floor_max_bytes
     if blocks < 0 or (max_bytes is not None and max_bytes < 0):
         raise ValueError(f"read-ahead floor should be >= 0, got {blocks} blocks, {max_bytes}")
+    before = _floor, _floor_max_bytes
     _floor, _floor_max_bytes = blocks, max_bytes
+    return before

@@ -19,6 +19,9 @@ _counts: dict[str, int] = {
     "hedged": 0,
     "hedge_wins": 0,
     "listings": 0,
+    "objects": 0,
+    "read_waits": 0,
+    "read_wait_us": 0,
 }
 
 

@@ -9,10 +9,11 @@ import os
 import time
 
 import pytest
-from scripted_source import FAST, Cut, Hang, ScriptedSource
+from scripted_source import FAST, Cut, Hang, Late, ScriptedSource
 
 from conveyor.storage import RangedReader, RemoteOptions, RemoteReadError
 from conveyor.storage.http_source import HttpStatusError
+from conveyor.storage.request_tally import request_counts
 
 DATA = os.urandom(100_000)
 ONE_AT_A_TIME = dataclasses.replace(FAST, read_ahead=0)
@@ -172,3 +173,15 @@ def test_the_retry_budget_bounds_the_whole_wait_of_a_hanging_server() -> None:
     assert 1.0 <= elapsed <= 1.0 + 0.5, elapsed  # not 1 s + a last read timeout
     assert "gave up after" in str(caught.value) and "at byte 0" in str(caught.value)
     assert caught.value.attempts == len(source.requests) == 3
+
+
+def test_the_time_waited_for_blocks_is_counted_for_stats() -> None:
+    """One block at a time, each answered 20 ms late: the reader waits for each of the
+    three, and ``stats().requests`` gets the object, the waits and their time."""
+    source = ScriptedSource(DATA[:30_000], [Late(0.02)] * 3)
+    before = request_counts()
+    with RangedReader(source, ONE_AT_A_TIME, block_bytes=10_000) as reader:
+        assert reader.read() == DATA[:30_000]
+    counted = request_counts() - before
+    assert counted.objects == 1 and counted.requests == 3
+    assert counted.read_waits >= 3 and counted.read_wait_s >= 3 * 0.02 * 0.9

@@ -94,6 +94,11 @@ class ProcessWorkers:
     def __reduce__(self) -> tuple[type[ProcessWorkers], tuple[()]]:
         return (ProcessWorkers, ())  # a worker gets the strategy, not the zygote
 
+    @property
+    def shared_record_paths(self) -> tuple[str, ...]:
+        """Attribute paths of the dataset the workers last read from shared tables."""
+        return self._records.last_shared
+
     # ----- in the main process
     def check_count(self, num_workers: int) -> None:
         if num_workers:
