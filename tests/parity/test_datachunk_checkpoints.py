@@ -9,28 +9,18 @@ give back the rest of the run with each batch a `DataChunk` again, as the uninte
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import pytest
-import torch
 import torch.utils.data.datapipes.iter as tdi
 from torch.utils.data.datapipes.datapipe import DataChunk as TorchDataChunk
 
+from contracts.check_state_roundtrip import weights_only_roundtrip
 from conveyor.datapipes import iter as cdi
 from conveyor.datapipes.node import DataChunk
-from conveyor.state.plain import check_plain
 from conveyor.state.plain_form import TAG
-
-
-def _weights_only(state: Any) -> Any:
-    check_plain(state)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
 
 
 def typed(item: Any) -> Any:
@@ -86,7 +76,7 @@ def test_batched_graph_resumes_after_a_weights_only_load(name: str) -> None:
         graph = _conveyor(name)
         it = iter(graph)
         head = [typed(next(it)) for _ in range(k)]
-        state = _weights_only(graph.state_dict())
+        state = weights_only_roundtrip(graph.state_dict())
         assert head + [typed(b) for b in it] == expected, f"taking state perturbed k={k}"
         resumed = _conveyor(name)
         resumed.load_state_dict(state)
@@ -125,7 +115,7 @@ def test_a_dict_item_holding_the_tag_key_comes_back_as_it_was() -> None:
     it = iter(graph)
     head = [typed(next(it))]
     resumed = make()
-    resumed.load_state_dict(_weights_only(graph.state_dict()))
+    resumed.load_state_dict(weights_only_roundtrip(graph.state_dict()))
     assert head + [typed(b) for b in resumed] == expected
 
 
