@@ -100,10 +100,7 @@ class Pace:
         self._throttled.append(sent_at)
         if sent_at <= self._cut_at + _SETTLE_S:
             return
-        if self.rate is None:  # the first throttle: learn the allowed rate once settled
-            self._cut(first=True)
-        else:  # paced, and still a little too fast: the store allows less than that
-            self._cut(first=False)
+        self._cut()
 
     def heard(self, at: float) -> None:
         """Another process of the job was throttled by this host at ``at``: before any
@@ -113,16 +110,16 @@ class Pace:
         now = time.monotonic()
         started = self._count(self._starts, now - _WINDOW_S, now)
         if self.rate is None and started and at > self._cut_at + _SETTLE_S:
-            self._cut(first=True)
+            self._cut()
 
-    def _cut(self, first: bool) -> None:
+    def _cut(self) -> None:
         now = time.monotonic()
         self._cut_at = now
         starting = self._count(self._starts, now - _WINDOW_S, now) / _WINDOW_S
-        if first or self.rate is None:
+        if self.rate is None:  # the first throttle: learn the allowed rate once settled
             self.rate = max(_SLOWEST, _CUT * starting)
             self._learn_at = now + _SETTLE_S
-        else:
+        else:  # paced, and still a little too fast: the store allows less than that
             self.rate = max(_SLOWEST, _BELOW * min(starting, self.rate))
             self._learn_at = None
         self._next = self._last_start() + 1.0 / self.rate  # the new spacing, at once

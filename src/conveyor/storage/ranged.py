@@ -144,12 +144,14 @@ class RangedReader(io.RawIOBase):
             self.depth = max(self.depth, self._window.blocks(self._options, self.block_bytes))
         floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
         self.depth, self.max_depth = max(self.depth, floor), max(self.max_depth, floor)
-        width = 1 if self._narrow or self._holding else self.depth
+        in_order = not (self._narrow or self._holding)
+        width = self.depth if in_order else 1
         size = self._facts.size
-        per_request = self._blocks_per_request(width)
+        throttling = in_order and throttled_before(self._source.host, self._source.fs.loop)
+        per_request = self._blocks_per_request() if throttling and size is not None else 1
         if per_request > 1:  # whole requests' worth ahead, within the memory bound
             width = max(width, min(self.max_depth, 2 * per_request))
-        elif size is None and width > 1 and self._throttling():
+        elif throttling and size is None and width > 1:
             width = 1  # the first block alone; the rest in larger requests once sized
         last = first + width - 1
         early = 0  # blocks asked for before the size is known (with the first)
@@ -193,18 +195,11 @@ class RangedReader(io.RawIOBase):
                 self._blocks[covered] = block
             index = through + 1
 
-    def _blocks_per_request(self, width: int) -> int:
-        """Blocks one request asks for: one, but once the host throttled (a store that
-        limits requests, not bytes) up to `BLOCKS_PER_THROTTLED_REQUEST`, half the widest
-        window at most, for reading on in order and with the object's size known."""
-        if self._narrow or self._holding or self._facts.size is None or width < 1:
-            return 1
-        if not self._throttling():
-            return 1
+    def _blocks_per_request(self) -> int:
+        """Blocks one request asks for on a host that throttled (a store that limits
+        requests, not bytes), reading on in order with the size known: up to
+        `BLOCKS_PER_THROTTLED_REQUEST`, half the widest window at most."""
         return max(1, min(BLOCKS_PER_THROTTLED_REQUEST, self.max_depth // 2))
-
-    def _throttling(self) -> bool:
-        return throttled_before(self._source.host, self._source.fs.loop)
 
     def _drop_outside(self, first: int, last: int) -> None:
         """Forget the blocks outside ``first`` .. ``last`` and cancel those no block inside
@@ -404,9 +399,9 @@ class RangedReader(io.RawIOBase):
                 for block in self._blocks.values():
                     block.cancel()
                 if not self._sized.done():
-                    self._sized.cancel()
+                    self._sized.cancel()  # a reader waiting for this one's first answer goes on
                 if self._warming is not None:
-                    self._warming.cancel()  # a reader waiting for this one's first answer goes on
+                    self._warming.cancel()
             self._blocks = {}
             follower, self._follower = self._follower, None
             if follower is not None:
