@@ -5,14 +5,11 @@ None and CPU or device tensors (`torch.Tensor` itself, not a subclass): what
 ``torch.load(weights_only=True)`` reads and, tensors aside, what JSON writes. Nothing in
 it is ever unpickled, and nothing that is not plain is ever pickled to a worker from it.
 
-`plain_copy` is the save side: it copies a state (fresh containers, cloned tensors, so a
-dataset that hands out its own live dict cannot change a checkpoint afterwards) and raises
-`NotPlainData`, a `TypeError` naming the key path and the type, for anything else.
-`check_plain` is the load side: the same walk without a copy.
-
-A few known types are held in a tagged plain form instead (a `DataChunk` batch inside a
-DataPipe's buffer): `conveyor.state.plain_form` writes and reads those; to this module
-they are ordinary dicts.
+`check_plain` raises `NotPlainData`, a `TypeError` naming the key path and the type, for
+anything else (nothing is copied). Saving a DataPipe graph's state copies it into plain
+data with `conveyor.state.plain_form.to_plain`, which also holds a few known types in a
+tagged plain form (a `DataChunk` batch inside a buffer); to this module those are
+ordinary dicts.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ __all__ = [
     "RefusedState",
     "check_plain",
     "describe_path",
-    "plain_copy",
     "save_error",
     "type_name",
 ]
@@ -99,48 +95,10 @@ NOT_PLAIN_ADVICE = (
 )
 
 
-def plain_copy(value: Any, path: Path = ()) -> Any:
-    """A copy of ``value`` made of plain data only; `NotPlainData` otherwise.
-
-    Runs with every batch a worker delivers, so the walk keeps no path: only when it meets
-    something that is not plain does a second walk find where, for the message."""
-    try:
-        return _copy(value, len(path))
-    except _Refused:
-        _walk(value, path, copy=False)
-        raise AssertionError("unreachable: the second walk raises") from None
-
-
-class _Refused(Exception):
-    """Something in the state is not plain data (found by the fast walk, named by the slow)."""
-
-
-def _copy(value: Any, depth: int) -> Any:
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if depth >= MAX_DEPTH:
-        raise _Refused
-    if kind is dict:
-        out = {}
-        for key, item in value.items():
-            if type(key) not in _KEYS:
-                raise _Refused
-            out[key] = _copy(item, depth + 1)
-        return out
-    if kind is list:
-        return [_copy(item, depth + 1) for item in value]
-    if kind is tuple:
-        return tuple([_copy(item, depth + 1) for item in value])
-    if kind is torch.Tensor:
-        return value.detach().clone()
-    raise _Refused
-
-
 def check_plain(value: Any, path: Path = ()) -> None:
     """Raise `NotPlainData` unless ``value`` is plain data (nothing is copied)."""
     if not _is_plain(value, len(path)):
-        _walk(value, path, copy=False)
+        _find(value, path)
 
 
 def _is_plain(value: Any, depth: int) -> bool:
@@ -156,32 +114,23 @@ def _is_plain(value: Any, depth: int) -> bool:
     return False
 
 
-def _walk(value: Any, path: Path, copy: bool) -> Any:
+def _find(value: Any, path: Path) -> None:
+    """Raise `NotPlainData` naming where the first value that is not plain data is."""
     kind = type(value)
-    if kind in _SCALARS:
-        return value
+    if kind in _SCALARS or kind is torch.Tensor:
+        return
     if len(path) >= MAX_DEPTH:
         raise NotPlainData(path, type_name(value), f"nested deeper than {MAX_DEPTH} levels")
     if kind is dict:
-        return _walk_dict(value, path, copy)
+        for key, item in value.items():
+            if type(key) not in _KEYS:
+                raise NotPlainData(
+                    path, type_name(key) + " key", "a checkpoint's dict keys are str or int"
+                )
+            _find(item, (*path, key))
+        return
     if kind is list or kind is tuple:
-        items = [_walk(item, (*path, index), copy) for index, item in enumerate(value)]
-        if not copy:
-            return value
-        return items if kind is list else tuple(items)
-    if kind is torch.Tensor:
-        return value.detach().clone() if copy else value
+        for index, item in enumerate(value):
+            _find(item, (*path, index))
+        return
     raise NotPlainData(path, type_name(value), NOT_PLAIN_ADVICE)
-
-
-def _walk_dict(value: dict[Any, Any], path: Path, copy: bool) -> Any:
-    out: dict[Any, Any] = {}
-    for key, item in value.items():
-        if type(key) not in _KEYS:
-            raise NotPlainData(
-                path, type_name(key) + " key", "a checkpoint's dict keys are str or int"
-            )
-        walked = _walk(item, (*path, key), copy)
-        if copy:
-            out[key] = walked
-    return out if copy else value
