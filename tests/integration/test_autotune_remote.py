@@ -61,4 +61,5 @@ def test_workers_waiting_on_remote_reads_get_a_wider_read_ahead(
     assert loader.stats().requests.requests > 0
     # before the change the readers kept their one block; after it, autotune's eight
     assert depths[0] == 1 and depths[-1] == 8, depths
-    assert read_ahead_floor(BLOCK) == 0  # the workers ended: this process's readers are their own
+    if worker_type == "thread":  # process workers set the floor in their own processes only
+        assert read_ahead_floor(BLOCK) == 0  # the workers ended: this process's readers own it

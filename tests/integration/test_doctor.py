@@ -318,6 +318,7 @@ def test_full_jpeg_decodes_that_are_cropped_get_the_crop_aware_decoder_named() -
     at_size = DataLoader(PhotosAtSize(200), batch_size=2, num_workers=1).doctor(
         _blocked_step(0.0005), batches=12, counterfactual=False
     )
+    assert at_size.bottleneck == "worker CPU (decode, transforms)"
     assert "CropDecoder" not in at_size.diagnosis.fix.description  # decoded at size already
 
 

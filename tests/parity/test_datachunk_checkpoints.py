@@ -93,7 +93,8 @@ def test_the_state_holds_batches_in_a_tagged_form_not_the_class() -> None:
     assert buffer and all(type(b) is dict and b[TAG] == "DataChunk" for b in buffer), buffer
     resumed = _conveyor("fork+concat")
     resumed.load_state_dict(state)
-    assert all(type(b) is DataChunk for b in resumed)
+    rest = list(resumed)
+    assert rest and all(type(b) is DataChunk for b in rest), rest
 
 
 def test_an_item_that_is_not_plain_is_refused_when_the_state_is_taken() -> None:

@@ -9,6 +9,7 @@ gain is the measured period over the predicted one, minus one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -395,7 +396,10 @@ def crop_aware(diagnosis: Diagnosis, share: float) -> Diagnosis:
         "JPEG, which a crop or resize then shrinks"
     )
     fix = diagnosis.fix
-    fix = Fix(f"{fix.description}; and {named}", fix.changes) if fix.applicable else Fix(named)
+    if fix.applicable:  # the fix as it was (all of it), its description extended
+        fix = dataclasses.replace(fix, description=f"{fix.description}; and {named}")
+    else:
+        fix = Fix(named)
     return Diagnosis(
         diagnosis.bottleneck, evidence, fix, diagnosis.period_s, diagnosis.predicted_period_s
     )

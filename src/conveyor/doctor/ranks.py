@@ -29,17 +29,12 @@ def across_ranks(diagnosis: Diagnosis, run: Measurement, floor_s: float) -> Diag
     world, rank = world_and_rank()
     if world == 1:
         return diagnosis
-    mine = _as_record(rank, diagnosis, run, floor_s)
+    mine = _as_record(rank, diagnosis, run)
     ranks = [json.loads(text) for text in RankCollectives().all_texts(json.dumps(mine))]
     slowest = max(ranks, key=lambda r: (r["wait_s"], -r["rank"]))
     fastest = min(ranks, key=lambda r: r["wait_s"])
-    fix = Fix(  # all of it: a rank whose Fix ran no counterfactual would leave the others waiting
-        slowest["fix"],
-        dict(slowest["changes"]),
-        slowest["gc_freeze"],
-        dict(slowest["environ"]),
-        slowest["read_ahead"],
-    )
+    # the whole Fix: a rank whose Fix ran no counterfactual would leave the others waiting
+    fix = Fix(**slowest["fix"])
     predicted = max(floor_s, slowest["predicted_s"])
     imbalanced = slowest["wait_s"] >= BOTTLENECK_WAIT_SHARE * slowest["period_s"] and slowest[
         "wait_s"
@@ -58,19 +53,13 @@ def across_ranks(diagnosis: Diagnosis, run: Measurement, floor_s: float) -> Diag
     return Diagnosis("rank imbalance", evidence, fix, run.period_s, predicted)
 
 
-def _as_record(rank: int, diagnosis: Diagnosis, run: Measurement, floor_s: float) -> dict[str, Any]:
-    fix = diagnosis.fix
+def _as_record(rank: int, diagnosis: Diagnosis, run: Measurement) -> dict[str, Any]:
     return {
         "rank": rank,
         "wait_s": run.wait_per_batch_s,
         "period_s": run.period_s,
-        "floor_s": floor_s,
         "bottleneck": diagnosis.bottleneck,
         "evidence": diagnosis.evidence,
-        "fix": fix.description,
-        "changes": fix.changes,
-        "gc_freeze": fix.gc_freeze,
-        "environ": fix.environ,
-        "read_ahead": fix.read_ahead,
+        "fix": dataclasses.asdict(diagnosis.fix),  # every field, as JSON
         "predicted_s": diagnosis.predicted_period_s,
     }

@@ -83,7 +83,7 @@ def test_the_main_process_prepares_a_url_list_s_file_system_before_workers_fork(
 
     script = _PREPARE.replace("{OPTIONS!r}", repr(OPTIONS))
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]
