@@ -304,18 +304,28 @@ def _gil(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
 def _waiting_workers(
     run: Measurement, floor_s: float, facts: LoaderFacts, busy: float
 ) -> Diagnosis:
-    workers = max(facts.num_workers + 1, math.ceil(busy * 1.2 / max(floor_s, 1e-6)))
-    workers = min(workers, 4 * max(facts.cpus, facts.num_workers), 32)
+    changes = _more_waiting_workers(busy, floor_s, facts)
+    workers = changes["num_workers"]
     evidence = (
         f"workers busy {busy * 1e3:.1f} ms per batch, mostly off a CPU (waiting on I/O "
         "latency): more of them cost little CPU"
     )
     predicted = _predicted(floor_s, busy / workers)
-    changes: dict[str, Any] = {"num_workers": workers}
-    if facts.worker_type == "process" and workers > facts.cpus:
-        changes["worker_type"] = "thread"  # waiting threads are cheaper than processes
     fix = Fix(", ".join(f"{k}={v!r}" for k, v in changes.items()) + " (or read ahead)", changes)
     return Diagnosis("I/O latency", evidence, fix, run.period_s, predicted)
+
+
+def _more_waiting_workers(busy: float, floor_s: float, facts: LoaderFacts) -> dict[str, Any]:
+    """Workers that mostly wait (``busy`` seconds a batch) to keep up with a ``floor_s``
+    step, 20 % headroom, at most 4 per CPU and 32; threads once processes outnumber CPUs
+    (waiting threads are cheaper than processes)."""
+    workers = max(facts.num_workers + 1, math.ceil(busy * 1.2 / max(floor_s, 1e-6)))
+    changes: dict[str, Any] = {
+        "num_workers": min(workers, 4 * max(facts.cpus, facts.num_workers), 32)
+    }
+    if facts.worker_type == "process" and changes["num_workers"] > facts.cpus:
+        changes["worker_type"] = "thread"
+    return changes
 
 
 def _remote_reads(
@@ -356,11 +366,11 @@ def _remote_reads(
         read_ahead=blocks,
     )
     if busy_after / max(1, facts.num_workers) > 1.1 * floor_s:
-        more = max(facts.num_workers + 1, math.ceil(busy_after * 1.2 / max(floor_s, 1e-6)))
-        more = min(more, 4 * max(facts.cpus, facts.num_workers), 32)
-        threads = facts.worker_type == "process" and more > facts.cpus
-        kind = ", worker_type='thread'" if threads else ""  # waiting threads cost less
-        fix = Fix(f"{fix.description}; then num_workers={more}{kind}", read_ahead=blocks)
+        more = _more_waiting_workers(busy_after, floor_s, facts)
+        kind = ", worker_type='thread'" if "worker_type" in more else ""
+        fix = Fix(
+            f"{fix.description}; then num_workers={more['num_workers']}{kind}", read_ahead=blocks
+        )
     return Diagnosis("remote reads", evidence, fix, run.period_s, predicted)
 
 

@@ -27,14 +27,25 @@ class MemoryFinding:
     like the measured one (its growth), ``epoch_bytes`` per worker by an epoch's end
     (every item read once: a copy of the container's objects in each worker)."""
 
-    attribute: str
     container: LargeContainer
     growth_bytes: float  # measured, mean per worker process
     samples: int  # samples the measured run fetched
     fix: str
-    replace_with_table: bool  # the counterfactual: the attribute as a StringTable
-    predicted_saving_bytes: float
     epoch_bytes: int
+
+    @property
+    def attribute(self) -> str:
+        return self.container.path
+
+    @property
+    def replace_with_table(self) -> bool:
+        """The counterfactual: the attribute as a StringTable (a container of str/bytes)."""
+        return self.container.strings
+
+    @property
+    def predicted_saving_bytes(self) -> float:
+        """Over a run like the measured one: what the workers grew."""
+        return self.growth_bytes
 
     @property
     def evidence(self) -> str:
@@ -70,12 +81,9 @@ def copy_on_read(
             "for its numbers (a list of records, each a Python object, is copied item by item)"
         )
     return MemoryFinding(
-        attribute=culprit.path,
         container=culprit,
         growth_bytes=growth,
         samples=run.stats.samples,
         fix=fix,
-        replace_with_table=culprit.strings,
-        predicted_saving_bytes=growth,
         epoch_bytes=max(int(growth), culprit.objects_bytes),
     )
