@@ -14,9 +14,22 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch.utils.data.datapipes.datapipe import DataChunk as TorchDataChunk
 
 from conveyor.datapipes.base import IterDataPipe
 from conveyor.state.plain import check_plain
+
+
+def typed(item: Any) -> Any:
+    """Comparable values with each batch's class kept (a resumed DataChunk must be a
+    DataChunk; conveyor's subclasses torch's); tensors as lists."""
+    if isinstance(item, torch.Tensor):
+        return item.tolist()
+    if isinstance(item, TorchDataChunk):
+        return ("DataChunk", [typed(x) for x in item])
+    if isinstance(item, list | tuple):
+        return type(item)(typed(x) for x in item)
+    return item
 
 
 def weights_only_roundtrip(state: Any) -> Any:

@@ -6,8 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import torch
-from check_state_roundtrip import check_state_roundtrip
+from check_state_roundtrip import check_state_roundtrip, typed
 
 from conveyor.datapipes.iter import (
     Batcher,
@@ -56,7 +55,6 @@ from conveyor.datapipes.map import (
 from conveyor.datapipes.map import (
     Zipper as MapZipper,
 )
-from conveyor.datapipes.node import DataChunk
 from conveyor.graph_settings import apply_sharding
 
 
@@ -104,17 +102,6 @@ def cached_second_pass() -> IterDataPipe[int]:
 
 def batch_parity(batch: list[int]) -> int:
     return batch[0] // 2 % 2
-
-
-def typed(x: Any) -> Any:
-    """Comparable values, batches' classes kept: a resumed DataChunk must be a DataChunk."""
-    if isinstance(x, torch.Tensor):
-        return x.tolist()
-    if isinstance(x, DataChunk):
-        return ("DataChunk", [typed(i) for i in x])
-    if isinstance(x, list | tuple):
-        return type(x)(typed(i) for i in x)
-    return x
 
 
 GRAPHS: dict[str, Callable[[], IterDataPipe[Any]]] = {

@@ -15,23 +15,11 @@ from typing import Any
 
 import pytest
 import torch.utils.data.datapipes.iter as tdi
-from torch.utils.data.datapipes.datapipe import DataChunk as TorchDataChunk
 
-from contracts.check_state_roundtrip import weights_only_roundtrip
+from contracts.check_state_roundtrip import typed, weights_only_roundtrip
 from conveyor.datapipes import iter as cdi
 from conveyor.datapipes.node import DataChunk
 from conveyor.state.plain_form import TAG
-
-
-def typed(item: Any) -> Any:
-    """``item`` with each batch's class kept: DataChunks must come back as DataChunks."""
-    if isinstance(item, TorchDataChunk):  # conveyor's DataChunk subclasses torch's
-        return ("DataChunk", [typed(x) for x in item])
-    if isinstance(item, list):
-        return [typed(x) for x in item]
-    if isinstance(item, tuple):
-        return tuple(typed(x) for x in item)
-    return item
 
 
 def forked(lib: Any) -> Any:
