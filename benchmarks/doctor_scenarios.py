@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import statistics
@@ -24,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from conveyor import DataLoader
 from conveyor.engine.loop import base_iterator
@@ -32,13 +30,7 @@ from conveyor.transport.options import ENV_SHM_MAX_BYTES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sample_datasets import Frames  # tests/: the pin-thread scenario's batch type
-
-
-def _spin(seconds: float) -> None:
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        pass
+from sample_datasets import Frames, Photos, spin  # tests/: shared with test_doctor
 
 
 class Items:
@@ -50,7 +42,7 @@ class Items:
 
     def __getitem__(self, i: int) -> Any:
         if self.spin_s:
-            _spin(self.spin_s)
+            spin(self.spin_s)
         if self.sleep_s:
             time.sleep(self.sleep_s)
         return i
@@ -76,7 +68,7 @@ class SlowToUnpickle:
 
 
 def _rebuilt_slowly(value: int) -> int:
-    _spin(0.006)
+    spin(0.006)
     return value
 
 
@@ -86,7 +78,7 @@ class CheapToMake(Items):
 
 
 def _slow_collate(batch: list[int]) -> list[int]:
-    _spin(0.012)
+    spin(0.012)
     return batch
 
 
@@ -102,27 +94,6 @@ class Images(Items):
 
     def __getitem__(self, i: int) -> Any:
         return torch.full((4, 1024, 1024), i % 251, dtype=torch.uint8)
-
-
-def _jpeg() -> bytes:
-    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
-class Photos(Items):
-    """The torchvision-style pipeline: decode the whole JPEG, then crop and resize."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(n)
-        self.data = _jpeg()
-
-    def __getitem__(self, i: int) -> Any:
-        image = Image.open(io.BytesIO(self.data)).convert("RGB")
-        w, h = image.size
-        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
-        return np.array(crop)
 
 
 @contextlib.contextmanager

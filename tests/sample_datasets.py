@@ -4,6 +4,7 @@ workers can import them."""
 from __future__ import annotations
 
 import faulthandler
+import io
 import os
 import random
 import signal
@@ -302,13 +303,41 @@ class Frames:
 
     def pin_memory(self) -> torch.Tensor:
         for _ in self.arrays:
-            _spin(0.0015)  # Python work per sample (checks, a colour conversion)
+            spin(0.0015)  # Python work per sample (checks, a colour conversion)
         stacked = torch.from_numpy(np.stack(self.arrays)).float().div_(255)
         return stacked.pin_memory() if torch.cuda.is_available() else stacked
 
 
-def _spin(seconds: float) -> None:
+def spin(seconds: float) -> None:
     """Busy-wait: a Python CPU cost (a sleep would free the core)."""
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         pass
+
+
+def _jpeg() -> bytes:
+    from PIL import Image
+
+    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+class Photos:
+    """The torchvision-style pipeline: decode the whole 1200x900 JPEG, then crop and
+    resize (the doctor's crop-aware decode finding, in its test and its benchmark)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.data = n, _jpeg()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(self.data)).convert("RGB")
+        w, h = image.size
+        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
+        return np.array(crop)  # writable: collate makes a tensor of it

@@ -10,7 +10,6 @@ two shared cores make figures noisy: docs/benchmarks.md has the measured ones).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -19,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from remote_servers import HttpServer
 
 from conveyor import DataLoader, StringTable, TarShards
@@ -29,13 +27,7 @@ from conveyor.storage.read_window import read_ahead_floor
 from conveyor.transport.options import ENV_SHM_MAX_BYTES
 from conveyor.vision import CenterCropDecoder
 
-from sample_datasets import Frames
-
-
-def _spin(seconds: float) -> None:
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        pass
+from sample_datasets import Frames, Photos, spin
 
 
 def _blocked_step(seconds: float) -> Any:
@@ -56,7 +48,7 @@ class Items:
 
     def __getitem__(self, i: int) -> int:
         if self.spin_s:
-            _spin(self.spin_s)
+            spin(self.spin_s)
         if self.sleep_s:
             time.sleep(self.sleep_s)
         return i
@@ -71,7 +63,7 @@ class SlowClass(Items):
 
 
 def _slow_collate(batch: list[int]) -> list[int]:
-    _spin(0.012)
+    spin(0.012)
     return batch
 
 
@@ -162,7 +154,7 @@ class _SlowToUnpickle:
 
 
 def _rebuilt_slowly(value: int) -> int:
-    _spin(0.006)
+    spin(0.006)
     return value
 
 
@@ -272,29 +264,6 @@ def test_scarce_shared_memory_is_named_and_lifting_the_cap_is_tried(
     assert report.counterfactual is not None and report.counterfactual.run.shm_note is None
     assert report.measured_gain is not None and report.measured_gain > 0.3
     assert "add workers" not in report.run.stats.summary()
-
-
-def _jpeg() -> bytes:
-    pixels = (np.random.default_rng(0).random((900, 1200, 3)) * 255).astype(np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
-    return out.getvalue()
-
-
-class Photos:
-    """The torchvision-style pipeline: decode the whole JPEG, then crop and resize."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.data = n, _jpeg()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> Any:
-        image = Image.open(io.BytesIO(self.data)).convert("RGB")
-        w, h = image.size
-        crop = image.crop((w // 4, h // 4, 3 * w // 4, 3 * h // 4)).resize((224, 224))
-        return np.array(crop)  # writable: collate makes a tensor of it
 
 
 class PhotosAtSize(Photos):
