@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +35,30 @@ class Late:
     """The answer's first byte comes ``seconds`` late."""
 
     seconds: float
+
+
+class Held:
+    """The answer waits until the test calls `release` (from its own thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._released = False
+        self._waiting: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    def release(self) -> None:
+        with self._lock:
+            self._released = True
+            if self._waiting is not None:
+                loop, event = self._waiting
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        event = asyncio.Event()
+        with self._lock:
+            if self._released:
+                return
+            self._waiting = (asyncio.get_running_loop(), event)
+        await asyncio.wait_for(event.wait(), 30)
 
 
 @dataclass
@@ -63,13 +89,26 @@ class ScriptedSource:
         self.in_flight = 0
         self.peak = 0
         self.warmed: list[tuple[int, int]] = []  # (connections, requests sent before)
+        self._changed = threading.Condition()  # notified at each request, answer, warm-up
+
+    def wait_until(self, done: Callable[[], Any], timeout: float = 5.0) -> bool:
+        """Wait (from the test's thread) until ``done()`` holds; False after ``timeout``."""
+        with self._changed:
+            return bool(self._changed.wait_for(done, timeout))
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
         self.requests.append((start, end))
         fault = self.faults.pop(0) if self.faults else None
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
+        self._notify()
         try:
+            if isinstance(fault, Held):
+                await fault.wait()
             if isinstance(fault, Late):
                 await asyncio.sleep(fault.seconds)
             if isinstance(fault, Hang):
@@ -79,6 +118,7 @@ class ScriptedSource:
                 raise fault
         finally:
             self.in_flight -= 1
+            self._notify()
         size = len(self.data)
         if not self.ranges:
             start, end = 0, size
@@ -91,6 +131,7 @@ class ScriptedSource:
 
     async def awarm(self, connections: int) -> None:
         self.warmed.append((connections, len(self.requests)))
+        self._notify()
 
     async def aread(self, answer: Answer, at_most: int) -> tuple[bytes, BaseException | None]:
         body = answer.handle
@@ -108,6 +149,7 @@ class ScriptedSource:
     async def arelease(self, handle: Any) -> None:
         if handle is not None:
             self.open_answers -= 1
+            self._notify()
 
     def classify(self, error: BaseException) -> Failure:
         return classify_http(error, FAST)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 
-from scripted_source import FAST, Late, ScriptedSource
+from scripted_source import FAST, Held, ScriptedSource
 
 from conveyor.storage import RangedReader
 
@@ -23,14 +22,13 @@ def test_a_host_of_large_objects_gets_the_first_window_before_the_size() -> None
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         assert reader.read() == DATA  # the host's objects: 10 blocks or more
     source.requests.clear()
-    source.faults = [Late(0.5)]  # the next object's first answer is slow
+    first = Held()
+    source.faults = [first]  # the next object's first answer waits until released
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         reader.start()
-        deadline = time.monotonic() + 0.4
-        while len(source.requests) < 4:
-            assert time.monotonic() < deadline, f"only {source.requests} before the size"
-            time.sleep(0.005)
+        assert source.wait_until(lambda: len(source.requests) >= 4), source.requests
         assert sorted(source.requests) == [(i * BLOCK, (i + 1) * BLOCK) for i in range(4)]
+        first.release()  # only now does the size come
         assert reader.read() == DATA
     assert source.open_answers == 0
 
@@ -62,25 +60,22 @@ def test_an_early_block_of_a_missing_object_ends_with_its_error_and_no_answer_op
         raise AssertionError("a missing object read without an error")
     finally:
         reader.close()
-    deadline = time.monotonic() + 5
-    while source.in_flight or source.open_answers:  # the early blocks' answers closed
-        assert time.monotonic() < deadline, "an early block kept its answer open"
-        time.sleep(0.01)
+    closed = source.wait_until(lambda: not (source.in_flight or source.open_answers))
+    assert closed, "an early block kept its answer open"
 
 
 def test_a_new_host_opens_the_held_blocks_connections_while_the_first_answer_comes() -> None:
     """Blocks held for the size go out on connections already open (no handshake's round
     trip once the first answer came), and nothing is asked before the size."""
-    source = ScriptedSource(DATA, faults=[Late(0.5)])  # a host not seen yet, a slow answer
+    first = Held()
+    source = ScriptedSource(DATA, faults=[first])  # a host not seen yet, the answer held
     options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         reader.start()
-        deadline = time.monotonic() + 0.4
-        while not source.warmed:
-            assert time.monotonic() < deadline, "no connection opened before the size"
-            time.sleep(0.005)
+        assert source.wait_until(lambda: source.warmed), "no connection opened before the size"
         assert [warmed for warmed, _ in source.warmed] == [3]  # the window's other 3 blocks
         assert source.requests == [(0, BLOCK)]
+        first.release()
         assert reader.read() == DATA
     assert len(source.warmed) == 1  # once per object
     source.warmed.clear()
