@@ -101,6 +101,8 @@ def chosen_peers(names: str) -> list[str]:
 
 
 def knee(curve: dict[int, float]) -> int:
+    if not curve:
+        return 0
     best = max(curve.values())
     return min(n for n, value in curve.items() if value >= 0.9 * best)
 
@@ -134,9 +136,14 @@ def main() -> None:
     table: list[dict[str, Any]] = []
     print("| workers | S1 conveyor MB/s | S1 torch MB/s | S3 conveyor img/s | S3 torch img/s | "
           "S3 best peer img/s (which) |\n|---|---|---|---|---|---|")  # fmt: skip
+    measured = [nw for nw in workers if OURS in decode[nw] and "torch-pil" in decode[nw]]
     for nw in workers:
         rates = {name: row["img_s"] for name, row in decode[nw].items()}
-        best = max((p for p in peers if p in rates), key=lambda p: rates[p])
+        if nw not in measured:  # its S3 run failed (said above): the S1 row alone
+            s1_row = transfer[nw]
+            print(f"| {nw} | {s1_row['conveyor']:.0f} | {s1_row['torch']:.0f} | - | - | - |")
+            continue
+        best = max((p for p in peers if p in rates), key=lambda p: rates[p], default="torch-pil")
         table.append({"workers": nw, "s1": transfer[nw], "s3": decode[nw], "best_peer": best})
         s1_row = transfer[nw]
         print(f"| {nw} | {s1_row['conveyor']:.0f} | {s1_row['torch']:.0f} | {rates[OURS]:.0f} "
@@ -144,8 +151,8 @@ def main() -> None:
     knees = {
         "s1 conveyor": knee({n: transfer[n]["conveyor"] for n in workers}),
         "s1 torch": knee({n: transfer[n]["torch"] for n in workers}),
-        "s3 conveyor": knee({n: decode[n][OURS]["img_s"] for n in workers}),
-        "s3 torch": knee({n: decode[n]["torch-pil"]["img_s"] for n in workers}),
+        "s3 conveyor": knee({n: decode[n][OURS]["img_s"] for n in measured}),
+        "s3 torch": knee({n: decode[n]["torch-pil"]["img_s"] for n in measured}),
     }
     print("knees (fewest workers reaching 90 % of the curve's best): "
           + ", ".join(f"{k} {v}" for k, v in knees.items()))  # fmt: skip

@@ -75,7 +75,7 @@ DECODE="benchmarks/gpu_decode.py --images 4096 --workers 8 --passes 2 --reps 3"
 TRAIN="benchmarks/gpu_train.py --model resnet50 --steps 15 --warm 4 --conveyor-workers 6,12
     --torch-workers 4,6,8,10,12,14"
 SCALING="benchmarks/scaling.py --workers 1,2,4,8,14 --reps 1 --s1-target-mb 200
-    --s3-images 640 --peers wds-pil,tdn-thread-pil"
+    --s3-images 2048 --peers wds-pil,tdn-thread-pil"
 
 if [ "$stages" != smoke ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ] &&
     ! $PY -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
@@ -85,12 +85,12 @@ if [ "$stages" != smoke ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ] &&
 fi
 for name in $stages; do
     case $name in
-    tests) stage tests 150 $PY -m pytest -m gpu tests/gpu tests/integration/test_docs.py \
+    tests) stage tests 90 $PY -m pytest -m gpu tests/gpu tests/integration/test_docs.py \
         -q -p no:cacheprovider --junitxml="$RESULTS/tests.xml" $LENIENT ;;
     h2d) stage h2d 60 $PY $H2D --out "$RESULTS/h2d.jsonl" ;;
     decode) stage decode 75 $PY $DECODE --out "$RESULTS/decode.jsonl" ;;
     train) stage train 135 $PY $TRAIN --out "$RESULTS/train.jsonl" ;;
-    scaling) stage scaling 120 $PY $SCALING --out "$RESULTS/scaling.jsonl" ;;
+    scaling) stage scaling 200 $PY $SCALING --out "$RESULTS/scaling.jsonl" ;;
     smoke) for command in "$H2D" "$DECODE" "$TRAIN" "$SCALING"; do
             script=${command%%.py *}
             stage "smoke ${script#*/}" 120 $PY $command --smoke \

@@ -227,3 +227,39 @@ def test_one_long_wait_among_ready_batches_is_the_workers_not_the_main_process_s
         _window(tuner, clock, 7, wait_s=0.0, step_s=0.01, busy_s=0.001, ready=True)
         _window(tuner, clock, 1, wait_s=0.06, step_s=0.01, busy_s=0.05)
     assert tuner.per_worker > 2
+
+
+def test_a_wait_on_itself_retires_the_workers_the_step_does_not_need() -> None:
+    """The IPC-bound case on 16 cores: 1 MB samples, the loop waits 5-8 % receiving
+    batches that were already there, whatever the workers (16 took 1.6x the CPU of 1 for
+    the same wait). Workers cannot shorten that wait: those the step does not need retire."""
+    tuner = Tuner(AutotuneOptions(initial_workers=8), 8, 2, True)
+    clock = StepClock()
+    # the start: the first batches are not there yet, the workers are quick (1 ms a
+    # batch against a 4 ms step): enough of them, so a deeper prefetch, not more workers
+    _window(tuner, clock, 3, wait_s=0.01, step_s=0.004, busy_s=0.001)
+    assert (tuner.active, tuner.per_worker) == (8, 3)
+    actives = _run(tuner, clock, 6, wait_s=0.0003, step_s=0.004, busy_s=0.001, ready=True)
+    assert actives[-1] == 1 and set(actives) == {8, 1}
+
+
+def test_a_wait_mostly_for_batches_not_there_still_adds_workers() -> None:
+    """Batches already there made most of the wait (60 %), but the wait for those not
+    there is above the target on its own (13 % of the time): the workers are short too."""
+    tuner = Tuner(AutotuneOptions(initial_workers=1, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    for _ in range(3):
+        _window(tuner, clock, 1, wait_s=0.006, step_s=0.01, busy_s=0.02, ready=True)
+        _window(tuner, clock, 1, wait_s=0.004, step_s=0.01, busy_s=0.02)
+    assert tuner.active >= 3
+
+
+def test_a_deeper_prefetch_does_not_mark_the_count_as_too_few() -> None:
+    """The start's wait with enough workers by their busy time deepened the prefetch: the
+    count was not short, so the workers the step does not need may retire later."""
+    tuner = Tuner(AutotuneOptions(initial_workers=6, cpu_budget=16), 8, 2, True)
+    clock = StepClock()
+    _window(tuner, clock, 3, wait_s=0.01, step_s=0.01, busy_s=0.01)
+    assert (tuner.active, tuner.per_worker) == (6, 3)
+    actives = _run(tuner, clock, 6, wait_s=0.0, step_s=0.01, busy_s=0.01)
+    assert actives[-1] == 2

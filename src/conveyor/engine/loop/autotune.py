@@ -17,8 +17,14 @@ time (and CPU time) per batch. From those it computes the workers the step needs
   remote readers' read-ahead (`Tuning`, `conveyor.storage.read_window`).
 - Down in one move: after two quiet full windows, while twice the headroom remains, to
   the count the step needs (with the headroom once), and never to a count at which the
-  loop was seen waiting until the step time moves by a quarter (no oscillation). A
-  window in which no worker answered keeps the last busy time (bursts: no measure).
+  loop was seen waiting for want of workers until the step time moves by a quarter (no
+  oscillation; a wait answered by a deeper prefetch does not count). A window in which
+  no worker answered keeps the last busy time (bursts: no measure).
+- The wait for batches already there when asked for (receiving them: large batches from
+  process workers) is the main process's own: more workers do not shorten it and take
+  its CPU. Only the wait for batches not there yet counts against the target; a window
+  whose wait is the loop's own is quiet for the workers (they may retire). On 16 cores
+  the IPC-bound case kept all 16 workers for the wait that 1 worker gave at 0.6x the CPU.
 - A change is judged only on batches dispatched after it: the tasks already in flight
   are delivered first (in order), so the next window starts after them.
 
@@ -170,27 +176,25 @@ class Tuner:
         if self._too_few and abs(rates.step - self._too_few_step) > 0.25 * self._too_few_step:
             self._too_few = 0  # the step changed: what was too few may not be now
         active, per_worker, read_ahead, reason = self.active, self.per_worker, self.read_ahead, ""
-        if rates.wait_share > self.options.target_wait_share:
+        target = self.options.target_wait_share
+        # the wait for batches already there when asked for is the main process's own
+        # (receiving them): more workers do not shorten it, they take its CPU instead
+        waited = rates.wait_share * (1.0 - rates.ready_wait_share) > target
+        own_wait = not waited and rates.wait_share > target
+        if waited:
             self._quiet_windows = 0
-            if rates.ready_wait_share >= 0.5:
-                return None  # batches were there: the main process's wait, not the workers'
             self._hurry, self._quiet_batches = True, 0
-            self._too_few, self._too_few_step = max(self._too_few, active), rates.step
             active, per_worker, reason = self._more(rates)
+            if active > self.active:  # too few workers (not too shallow a prefetch)
+                self._too_few, self._too_few_step = max(self._too_few, self.active), rates.step
             read_ahead, reason = self._more_read_ahead(rates, reason)
         elif self._hurry:
             # a short window without waiting may be the start's prefetched batches: hurry
             # on until a full window of them was quiet
             self._quiet_batches += rates.batches
             self._hurry = self._quiet_batches < self.options.window_batches
-        elif self._may_retire(rates):
-            self._quiet_windows += 1
-            if self._quiet_windows >= 2:
-                self._quiet_windows = 0
-                active = max(self._floor(), rates.need)
-                reason = f"no wait, {rates.need} of {self.active} workers suffice"
         else:
-            self._quiet_windows = 0
+            active, reason = self._retired(rates, own_wait)
         per_worker = self._within_memory(active, per_worker, bytes_per_batch)
         if (active, per_worker, read_ahead) == (self.active, self.per_worker, self.read_ahead):
             return None
@@ -227,6 +231,20 @@ class Tuner:
         read_ahead = min(cap, max(FIRST_READ_AHEAD, 2 * self.read_ahead))
         said = f"workers wait on remote reads: read-ahead {read_ahead} blocks"
         return read_ahead, f"{reason}; {said}" if reason else said
+
+    def _retired(self, rates: _Rates, own_wait: bool) -> tuple[int, str]:
+        """After two windows in a row in which the workers kept up, the workers the step
+        needs (no fewer than the floor)."""
+        if not self._may_retire(rates):
+            self._quiet_windows = 0
+            return self.active, ""
+        self._quiet_windows += 1
+        if self._quiet_windows < 2:
+            return self.active, ""
+        self._quiet_windows = 0
+        why = "the loop waits on itself (batches were ready)" if own_wait else "no wait"
+        active = max(self._floor(), rates.need)
+        return active, f"{why}, {rates.need} of {self.active} workers suffice"
 
     def _floor(self) -> int:
         return max(self.options.min_workers, self._too_few + 1)
