@@ -18,9 +18,12 @@ class _Server:
         self.connections = 0
         self.requests = 0
         self.open: list[asyncio.StreamWriter] = []
+        self.accepted = asyncio.Condition()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
+        async with self.accepted:
+            self.connections += 1
+            self.accepted.notify_all()
         self.open.append(writer)
         try:
             while (await reader.readuntil(b"\r\n\r\n")) is not None:
@@ -41,6 +44,11 @@ async def _warm_then_get(warm: int, gets: int) -> tuple[int, int, int]:
     try:
         async with aiohttp.ClientSession() as session:
             pooled = await warm_pool(session, url, warm)
+            # the client's connections are up; the server's accepts may still be queued
+            async with server.accepted:
+                await asyncio.wait_for(
+                    server.accepted.wait_for(lambda: server.connections >= pooled), 10
+                )
             before = (server.connections, server.requests)
             assert before == (pooled, 0), before  # connected, nothing asked
 
