@@ -103,7 +103,8 @@ class RandomResizedCropDecoder(_CropDecoder):
 
     Args:
         size: output (height, width), or one int for a square.
-        scale, ratio: as torchvision: the area fraction and the aspect-ratio range.
+        scale: as torchvision: the range of the box's area, a fraction of the image's.
+        ratio: as torchvision: the range of the box's aspect ratio (width / height).
         flip: probability of a horizontal flip (0 for none), drawn after the box, as
             ``RandomHorizontalFlip`` after ``RandomResizedCrop`` draws.
         dtype: ``torch.uint8`` (CHW, 0-255) or a floating dtype (0-1, then ``(x - mean) /
