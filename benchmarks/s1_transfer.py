@@ -85,6 +85,9 @@ def run_loader(ours: bool, dataset: ImagePool, bs: int, nw: int, batches: int) -
     loader = module.DataLoader(dataset, batch_size=bs, num_workers=nw)
     it = iter(loader)
     warm = 2 * nw + 2
+    # the workers keep 2 batches each in flight and go on making them during the warm-up:
+    # a measured run shorter than a few times that would time batches already made
+    batches = max(batches, 8 * nw)
     for _ in range(warm):
         touch(next(it))
     cpu0, t0 = tree_cpu_s(), time.perf_counter()
