@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conveyor.doctor.measure import Measurement
+from conveyor.engine.loop.autotune_options import WIDEST_READ_AHEAD
 from conveyor.stats.verdict import (
     BOTTLENECK_WAIT_SHARE,
     CPU_SHARE,
@@ -27,7 +28,7 @@ from conveyor.transport.options import ENV_SHM_MAX_BYTES
 __all__ = ["Diagnosis", "Fix", "LoaderFacts", "diagnose"]
 
 GIL_CORES = 1.3  # thread workers together on a CPU no more than this: the GIL holds them
-READ_AHEAD_FIX = 16  # blocks: the remote read-ahead the doctor advises (autotune's widest)
+READ_AHEAD_FIX = WIDEST_READ_AHEAD  # blocks: the remote read-ahead the doctor advises
 REMOTE_WAIT_SHARE = 0.5  # readers' waits this share of the workers' off-CPU time: remote reads
 
 

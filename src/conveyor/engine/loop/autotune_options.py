@@ -6,7 +6,10 @@ import os
 
 from conveyor.engine.workers.frozen import Frozen
 
-__all__ = ["AutotuneOptions", "autotune_options", "available_cpus"]
+__all__ = ["WIDEST_READ_AHEAD", "AutotuneOptions", "autotune_options", "available_cpus"]
+
+WIDEST_READ_AHEAD = 16
+"""Blocks: the default ``max_read_ahead``, and the read-ahead the doctor advises."""
 
 
 def available_cpus() -> int:
@@ -79,7 +82,7 @@ class AutotuneOptions(Frozen):
         headroom: float = 0.2,
         window_batches: int = 8,
         max_prefetch_factor: int = 8,
-        max_read_ahead: int = 16,
+        max_read_ahead: int = WIDEST_READ_AHEAD,
     ) -> None:
         if min_workers < 1 or (initial_workers is not None and initial_workers < 1):
             raise ValueError(
