@@ -18,7 +18,9 @@ The S7 data (benchmarks/s7_data.py) in SeaweedFS, read through the latency proxy
             and for the ``files-*`` pipelines each batch's fetch time p50 / p99 (the data
             path's own latency: the sum of its GETs, timed in the worker; a consumer's
             wait is ~0 at the median whenever prefetching keeps ahead, so it cannot give
-            the p99 / p50 ratio of the issue's target).
+            the p99 / p50 ratio of the issue's target), and each run's full garbage
+            collections (a pause stops every thread worker at once); ``--gc-freeze`` freezes
+            the objects alive before each run, so that those collections are short.
   listing   a glob (``s3://s7-bench/wds/shard-*.tar``) read by 8 workers: LIST requests
             per job and the first batch.
   ranks     the throttle and tail links with 2 ranks x 4 process workers under torchrun
