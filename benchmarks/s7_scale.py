@@ -18,7 +18,9 @@ The S7 data (benchmarks/s7_data.py) in SeaweedFS, read through the latency proxy
             and for the ``files-*`` pipelines each batch's fetch time p50 / p99 (the data
             path's own latency: the sum of its GETs, timed in the worker; a consumer's
             wait is ~0 at the median whenever prefetching keeps ahead, so it cannot give
-            the p99 / p50 ratio of the issue's target).
+            the p99 / p50 ratio of the issue's target), and each run's full garbage
+            collections (a pause stops every thread worker at once); ``--gc-freeze`` freezes
+            the objects alive before each run, so that those collections are short.
   listing   a glob (``s3://s7-bench/wds/shard-*.tar``) read by 8 workers: LIST requests
             per job and the first batch.
   ranks     the throttle and tail links with 2 ranks x 4 process workers under torchrun
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import importlib
 import json
 import os
@@ -429,8 +432,8 @@ def fetch_summary(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
     and the GETs hedging added."""
     rows = [
         "| pipeline | link | batches | fetch p50 ms | fetch p99 ms | p99/p50 | hedged (won) "
-        "| extra GETs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| extra GETs | exactly once | load | full GCs (max ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (name, link), runs in sorted(results.items()):
         fetches = [f for r in runs if "error" not in r for f in r.get("fetches", [])]
@@ -442,9 +445,15 @@ def fetch_summary(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
         won = sum(c.get("hedge_wins", 0) for c in conveyor)
         sent = sum(c.get("requests", 0) for c in conveyor)
         extra = f"{100 * hedged / (sent - hedged):.1f} %" if sent > hedged else "-"
+        good = [r for r in runs if "error" not in r]
+        loads = [r["load"] for r in good]
+        pauses = [p for r in good for p in r.get("gc_pauses", [])]
         rows.append(
             f"| {name} | {link} | {len(fetches)} | {cuts[49] * 1e3:.1f} | {cuts[98] * 1e3:.1f} "
-            f"| {cuts[98] / cuts[49]:.1f} | {hedged} ({won}) | {extra} |"
+            f"| {cuts[98] / cuts[49]:.1f} | {hedged} ({won}) | {extra} "
+            f"| {len(good) == len(runs) and all(r['exactly_once'] for r in good)} "
+            f"| {min(loads):.1f}-{max(loads):.1f} "
+            f"| {len(pauses)} ({max(pauses, default=0.0) * 1e3:.0f}) |"
         )
     return "\n".join(rows) if len(rows) > 2 else ""
 
@@ -457,8 +466,32 @@ def _steady_share(runs: list[dict[str, Any]]) -> str:
     return f"{throttled}/{gets}"
 
 
+class FullCollections:
+    """The full (generation 2) garbage collections during a run and how long each paused the
+    process: every thread worker stops for it, so each in-flight batch is that much later."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+
 def one_run(
-    name: str, spec: Spec, warm: int, layout: s7_data.Layout, log: ProxyLog
+    name: str, spec: Spec, warm: int, layout: s7_data.Layout, log: ProxyLog, gc_freeze: bool
 ) -> dict[str, Any]:
     log.take()
     # each run starts as a fresh process would: nothing learnt about the host yet (a later
@@ -471,7 +504,11 @@ def one_run(
     board = getattr(importlib.import_module("conveyor.storage"), "shared_throttles", None)
     if board is not None:
         board._board[:] = bytes(len(board._board))
-    run = run_once(PIPELINES[name](spec), warm)
+    if gc_freeze:  # what a training script may do: a full collection then skips the
+        gc.collect()  # objects alive before the loop (torch's, botocore's models, ...)
+        gc.freeze()
+    with FullCollections() as collections_seen:
+        run = run_once(PIPELINES[name](spec), warm)
     seen = request_summary(log.take(), layout)
     counts = collections.Counter(run.keys)
     expected = len(layout.files) if name.startswith("files") else layout.samples
@@ -485,6 +522,7 @@ def one_run(
         "fetches": run.fetches,
         "requests_seen": seen,
         "conveyor": run.requests,
+        "gc_pauses": collections_seen.pauses,
     }
 
 
@@ -519,6 +557,11 @@ def main() -> None:
     parser.add_argument("--run-timeout", type=int, default=300)
     parser.add_argument("--weed-dir", default=str(s7_data.DATA_DIR / "weed"))
     parser.add_argument("--out", help="append the per-run JSON lines to this file")
+    parser.add_argument(
+        "--gc-freeze", action="store_true",
+        help="gc.freeze() before each run, so that a full garbage collection does not walk "
+        "the objects alive before it (its pause otherwise stops every thread worker)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.warm_batches is None:
         args.warm_batches = max(4, args.num_workers) if args.scenario == "tail" else 4
@@ -557,7 +600,9 @@ def main() -> None:
                                     files_batch=args.files_batch)  # fmt: skip
                         signal.alarm(args.run_timeout)
                         try:
-                            result = one_run(name, spec, args.warm_batches, layout, logs[link])
+                            result = one_run(
+                                name, spec, args.warm_batches, layout, logs[link], args.gc_freeze
+                            )
                         except Exception as error:
                             result = {"error": f"{type(error).__name__}: {error}"[-800:]}
                         finally:

@@ -17,12 +17,23 @@ throttled host is not hedged into) and a token of the hedge budget, which earns
 ``fraction`` of a token per request (``RemoteOptions.hedge_budget``, 5 %): at most that
 share of requests is ever sent twice.
 
-The percentile is ``1 - fraction / 2`` (97.5 for the default 5 %), not the budget's own
-(95): requests that are only at the ordinary end of the distribution then take about half
-of the budget, and the other half is there when a really late one comes. Hedging at the
-95th percentile spent the whole 5 % on ordinary requests, so that, in the S7 tail run (1 %
-of requests 20x late), most of the late ones found no token left and the p99 batch fetch
-time did not move (docs/benchmarks.md).
+The delay is the ``1 - fraction / 2`` percentile (97.5 for the default 5 %), not the
+budget's own (95): requests that are only at the ordinary end of the distribution then take
+about half of the budget, and the other half is there when a really late one comes. Hedging
+at the 95th percentile spent the whole 5 % on ordinary requests, so that, in the S7 tail run
+(1 % of requests 20x late), most of the late ones found no token left.
+
+It is never more than ``LATE_FACTOR`` (3) times the median of the same window: a first byte
+that late is not the host's ordinary spread, whatever the percentile says. A high
+percentile of 256 times is its 7th largest, so a handful of outliers decide it: the
+requests that opened the connections (~12x the median in the S7 tail run) and the requests
+in flight during one stall of the event loop (8 at once, ~8x) each held the percentile at
+230-355 ms on a 29 ms median for the next 256 requests, and a late request in that stretch
+waited that long before its hedge (docs/benchmarks.md, "Third follow-up: heavy tail"). The
+median does not move for a few outliers. The ceiling only ever makes the delay shorter, when
+more than ``fraction / 2`` of the window is already past 3x the median, and the budget still
+bounds the hedges it adds. Where the ordinary spread is wide instead (5 % of requests at 2-3x
+the median), the percentile is below the ceiling and decides alone, as before.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ __all__ = ["HedgeStats", "first_answer", "hedge_stats"]
 MIN_SAMPLES = 20
 WINDOW = 256  # first-byte times kept per size class
 MIN_DELAY_S = 0.002
+LATE_FACTOR = 3.0  # the delay's ceiling, in medians of the window
 _BURST_TOKENS = 4.0
 
 _stats: dict[tuple[int, str], HedgeStats] = {}
@@ -75,7 +87,7 @@ class HedgeStats:
 
     def delay(self, span: int, fraction: float = 0.05) -> float | None:
         """When to hedge a request of ``span`` bytes, with ``fraction`` of requests to spend
-        (None: not enough known yet)."""
+        (None: not enough known yet): the percentile, at most ``LATE_FACTOR`` medians."""
         size_class = _size_class(span)
         ordered = self._sorted.get(size_class)
         if ordered is None:
@@ -84,7 +96,9 @@ class HedgeStats:
                 return None
             ordered = self._sorted[size_class] = sorted(times)
         share = min(0.99, max(0.5, 1.0 - fraction / 2))
-        return max(MIN_DELAY_S, ordered[min(len(ordered) - 1, int(share * len(ordered)))])
+        percentile = ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+        median = ordered[len(ordered) // 2]
+        return max(MIN_DELAY_S, min(percentile, LATE_FACTOR * median))
 
     def earn(self, fraction: float) -> None:
         self._tokens = min(_BURST_TOKENS, self._tokens + fraction)

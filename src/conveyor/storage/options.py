@@ -76,8 +76,8 @@ class RemoteOptions:
     hedge_budget: float = 0.05
     """Requests that hedging may add, as a share of the requests sent (0 turns it off): a
     range whose first byte is later than the ``1 - hedge_budget / 2`` percentile of its
-    peers' (97.5 for 5 %) is asked for a second time, and the first answer wins
-    (`conveyor.storage.hedging`)."""
+    peers' (97.5 for 5 %), or than 3 times their median if that is sooner, is asked for a
+    second time, and the first answer wins (`conveyor.storage.hedging`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
