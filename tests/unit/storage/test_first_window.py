@@ -72,7 +72,9 @@ def test_a_new_host_opens_the_held_blocks_connections_while_the_first_answer_com
     options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         reader.start()
-        assert source.wait_until(lambda: source.warmed), "no connection opened before the size"
+        # the first request and the warm-up run side by side on the reader's loop
+        opened = source.wait_until(lambda: source.warmed and source.requests)
+        assert opened, "no connection opened before the size"
         assert [warmed for warmed, _ in source.warmed] == [3]  # the window's other 3 blocks
         assert source.requests == [(0, BLOCK)]
         first.release()
