@@ -145,9 +145,12 @@ async def fetch_block(job: BlockJob) -> None:
     block = job.block
     try:
         if job.gate is not None:  # its outcome is not ours: only wait for it
-            await asyncio.wait([asyncio.wrap_future(job.gate)])
+            await _outcome_of(job.gate)
         if not (job.lead or job.early):  # nothing asked past a known end, or of a failed object
-            await asyncio.wrap_future(job.sized)
+            await _outcome_of(job.sized)
+            if job.sized.cancelled():
+                raise asyncio.CancelledError
+            job.sized.result()  # the first request's error, if it failed
         await _connected(job.source)
         block.sent_at = time.monotonic()
         await _fetch(job)
@@ -165,6 +168,22 @@ async def fetch_block(job: BlockJob) -> None:
         del block, job
         raise
     block.finish()
+
+
+async def _outcome_of(future: Future[Any]) -> None:
+    """Until ``future`` (the object's, shared by its blocks) is done. Waited for, not
+    awaited: cancelling an awaited wrap_future cancels the future it wraps, for every
+    block. Its outcome is read on the loop however this ends: an exception asyncio finds
+    unread is logged with a traceback, and 3.11's traceback parses source lines with `ast`
+    on the loop's thread, which races the main thread's parsing (a SystemError there)."""
+    waiting = asyncio.wrap_future(future)
+    waiting.add_done_callback(_read_outcome)
+    await asyncio.wait([waiting])
+
+
+def _read_outcome(waiting: asyncio.Future[Any]) -> None:
+    if not waiting.cancelled():
+        waiting.exception()
 
 
 async def _fetch(job: BlockJob) -> None:
@@ -254,7 +273,7 @@ class _FirstAnswerFailed(Exception):
 
 
 async def _first_answer_of(job: BlockJob) -> None:
-    await asyncio.wait([asyncio.wrap_future(job.sized)])
+    await _outcome_of(job.sized)
     if job.sized.cancelled():
         raise asyncio.CancelledError
     error = job.sized.exception()

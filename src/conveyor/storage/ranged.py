@@ -93,6 +93,7 @@ class RangedReader(io.RawIOBase):
         self._gate: Future[int | None] | None = None
         self._anchor = 0  # where block 0 starts
         self._blocks: dict[int, Block] = {}
+        self._lead: Block | None = None  # block 0's request, whose answer says the size
         self._position = 0
         self._narrow = False  # after a seek: one block at a time until reading goes on
         self._read_any = False
@@ -140,6 +141,8 @@ class RangedReader(io.RawIOBase):
 
     def _schedule(self, first: int) -> None:
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
+        if self._lead is not None and self._sized.done():
+            self._lead = None  # its answer came: an ordinary block now (or dropped)
         if self.max_depth > 1:  # what this host's readers learned since (`read_window`)
             self.depth = max(self.depth, self._window.blocks(self._options, self.block_bytes))
         floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
@@ -208,9 +211,17 @@ class RangedReader(io.RawIOBase):
         for index in [i for i in self._blocks if i < first or i > last]:
             block = self._blocks[index]
             if id(block) not in inside:
-                self._blocks.pop(index).cancel()
+                self._let_go(self._blocks.pop(index))
             elif index < first:
                 del self._blocks[index]  # read past; the rest of its request is still wanted
+
+    def _let_go(self, block: Block) -> None:
+        """Cancel a block no longer wanted, but not the first request while the size is
+        unknown: every other block of the object waits for its answer (a seek before it
+        came left them waiting for ever, or cancelled with it)."""
+        if block is self._lead and not self._sized.done():
+            return  # it comes, says the size, and is dropped then (`_schedule`)
+        block.cancel()
 
     def _warm(self, connections: int) -> None:
         """Blocks held until the size is known: open their connections meanwhile, so that
@@ -234,6 +245,8 @@ class RangedReader(io.RawIOBase):
             early=early and index != 0,
         )
         block.task = asyncio.run_coroutine_threadsafe(fetch_block(job), self._source.fs.loop)
+        if index == 0:
+            self._lead = block
         return block
 
     def _widen(self) -> None:
@@ -370,7 +383,7 @@ class RangedReader(io.RawIOBase):
 
     def _reanchor(self, offset: int) -> None:
         for block in self._blocks.values():
-            block.cancel()
+            self._let_go(block)
         self._blocks.clear()
         self._anchor = offset
         self._narrow = self._read_any  # random access narrows; a resume does not
@@ -398,6 +411,8 @@ class RangedReader(io.RawIOBase):
             if os.getpid() == self._owner:  # in a forked child they are the parent's
                 for block in self._blocks.values():
                     block.cancel()
+                if self._lead is not None:
+                    self._lead.cancel()  # let go of by a seek, perhaps still running
                 if not self._sized.done():
                     self._sized.cancel()  # a reader waiting for this one's first answer goes on
                 if self._warming is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import pytest
 from scripted_source import FAST, Held, ScriptedSource
 
 from conveyor.storage import RangedReader
@@ -109,3 +110,37 @@ def test_a_throttled_first_request_is_not_queued_behind_the_blocks_sent_with_it(
         finally:
             reader.close()  # after a hang: its blocks cancelled, the read ends
     assert source.requests.count((0, BLOCK)) == 2  # throttled once, then answered
+
+
+@pytest.mark.parametrize("known_host", [False, True], ids=["new host", "host of large objects"])
+@pytest.mark.parametrize("blocks", [1, 2, 6])
+def test_a_seek_before_the_first_answer_reads_the_right_bytes(
+    known_host: bool, blocks: int
+) -> None:
+    """A reader started early (the next-shard hint) and then sent elsewhere before the
+    object's size came: the first request is not cancelled with the blocks left behind
+    (the others wait for its answer: a read hung, at block 1), and a block dropped while
+    waiting for the size does not cancel that wait for the others (at block 2 the read
+    failed "was cancelled")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    if known_host:
+        with RangedReader(ScriptedSource(DATA), options, block_bytes=BLOCK) as reader:
+            assert reader.read() == DATA
+    first = Held()
+    source = ScriptedSource(DATA, faults=[first])
+    reader = RangedReader(source, options, block_bytes=BLOCK)
+    try:
+        reader.start()
+        assert source.wait_until(lambda: source.requests), "the first request never went out"
+        reader.seek(blocks * BLOCK)
+        with ThreadPoolExecutor(1) as pool:
+            reading = pool.submit(reader.read, BLOCK)
+            first.release()
+            assert reading.result(timeout=10) == DATA[blocks * BLOCK : (blocks + 1) * BLOCK]
+        assert reader.first_answer.result(timeout=10) == len(DATA)
+        assert reader.read() == DATA[(blocks + 1) * BLOCK :]
+    finally:
+        reader.close()
+    assert source.wait_until(lambda: not (source.in_flight or source.open_answers))
