@@ -141,8 +141,10 @@ class RangedReader(io.RawIOBase):
 
     def _schedule(self, first: int) -> None:
         """Blocks ``first`` .. ``first + depth - 1`` that exist requested; others dropped."""
-        if self._lead is not None and self._sized.done():
-            self._lead = None  # its answer came: an ordinary block now (or dropped)
+        if self._lead is not None and self._sized.done():  # the size is known
+            lead, self._lead = self._lead, None  # an ordinary block now, if still wanted
+            if all(block is not lead for block in self._blocks.values()):
+                lead.cancel()  # let go of by a seek: no block waits for its answer now
         if self.max_depth > 1:  # what this host's readers learned since (`read_window`)
             self.depth = max(self.depth, self._window.blocks(self._options, self.block_bytes))
         floor = read_ahead_floor(self.block_bytes) if self._options.read_ahead else 0  # autotune
@@ -245,7 +247,7 @@ class RangedReader(io.RawIOBase):
             early=early and index != 0,
         )
         block.task = asyncio.run_coroutine_threadsafe(fetch_block(job), self._source.fs.loop)
-        if index == 0:
+        if index == 0 and self._lead is None:  # (after a seek, the first one stays it)
             self._lead = block
         return block
 

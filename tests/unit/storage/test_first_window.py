@@ -144,3 +144,20 @@ def test_a_seek_before_the_first_answer_reads_the_right_bytes(
     finally:
         reader.close()
     assert source.wait_until(lambda: not (source.in_flight or source.open_answers))
+
+
+def test_closing_after_a_seek_ends_the_first_request_let_go_of() -> None:
+    """The first request, let go of by a seek before its answer, is still the reader's:
+    closing the reader ends it (its answer never came here)."""
+    first = Held()
+    source = ScriptedSource(DATA, faults=[first])
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=4)
+    reader = RangedReader(source, options, block_bytes=BLOCK)
+    try:
+        reader.start()
+        assert source.wait_until(lambda: source.requests), "the first request never went out"
+        reader.seek(6 * BLOCK)
+        assert reader.read(BLOCK) == DATA[6 * BLOCK : 7 * BLOCK]  # asked for on its own
+    finally:
+        reader.close()
+    assert source.wait_until(lambda: not (source.in_flight or source.open_answers))
