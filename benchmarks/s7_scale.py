@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -502,7 +503,9 @@ def one_run(
     host_limits._limits.clear()
     read_window._windows.clear()
     board = getattr(importlib.import_module("conveyor.storage"), "shared_throttles", None)
-    if board is not None:
+    if board is not None and hasattr(board, "forget_all"):
+        board.forget_all()
+    elif board is not None:  # an older build (--compare)
         board._board[:] = bytes(len(board._board))
     if gc_freeze:  # what a training script may do: a full collection then skips the
         gc.collect()  # objects alive before the loop (torch's, botocore's models, ...)
@@ -642,6 +645,7 @@ def rank_run(
         command = [
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
             "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+            f"--rdzv-id=s7-{uuid.uuid4().hex}",  # a fresh job: no throttles heard before
             str(HERE / "s7_rank_job.py"), str(out), proxy.endpoint, name,
             json.dumps(layout.shards), "4",
         ]  # fmt: skip

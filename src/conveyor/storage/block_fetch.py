@@ -58,6 +58,13 @@ class Block:
         self.task: Future[None] | None = None
         self.sent_at: float | None = None  # when its request went out (monotonic clock)
         self.finished_at: float | None = None
+        # while it has no request in flight and nothing received: the earliest it may be
+        # asked (monotonic; 0.0: now, it waits for its turn under the host's limit and pace;
+        # later: a throttle's Retry-After), else None. A reader on a throttling host may
+        # ask for such a block with its neighbours instead (`ranged`).
+        self.idle_until: float | None = None
+        self.asked_again = False  # made by such a regrouping: never regrouped again (its
+        # throttles spend the retry budget it has, which a new request would not)
         self._news: Future[None] = Future()
         self._piece = 0  # the consumer's place: piece index, and that piece's offset
         self._piece_at = 0
@@ -138,6 +145,7 @@ class BlockJob:
     lead: bool = False  # the first block asked for: it does not wait for the size
     gate: Future[int | None] | None = None  # wait for this first (the shard read before)
     early: bool = False  # asked for with the first, before the size: read once it is known
+    not_before: float | None = None  # (monotonic) the blocks it replaces were told to wait
 
 
 async def fetch_block(job: BlockJob) -> None:
@@ -151,6 +159,8 @@ async def fetch_block(job: BlockJob) -> None:
             if job.sized.cancelled():
                 raise asyncio.CancelledError
             job.sized.result()  # the first request's error, if it failed
+        if job.not_before is not None:  # the store's Retry-After, heeded
+            await asyncio.sleep(max(0.0, job.not_before - time.monotonic()))
         await _connected(job.source)
         block.sent_at = time.monotonic()
         await _fetch(job)
@@ -209,7 +219,13 @@ async def _fetch(job: BlockJob) -> None:
         failure = classify_failure(outcome.error, source.classify)
         if failure.throttled:
             limit.throttled(outcome.sent_at)
-        await asyncio.sleep(run.delay_after(failure, reached, outcome.progress_at))
+        delay = run.delay_after(failure, reached, outcome.progress_at)
+        if failure.throttled and reached == block.start:
+            block.idle_until = time.monotonic() + delay
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            block.idle_until = None
     run.reset()
 
 
@@ -225,24 +241,30 @@ class _Attempt:
 async def _attempt(job: BlockJob, run: RetryRun, limit: HostLimit, outcome: _Attempt) -> None:
     """One request from ``outcome.reached`` (cut at the retry budget's end); its bytes are
     published as they come and its progress recorded in ``outcome``."""
-    facts = job.facts
-    end = job.block.end if facts.size is None else min(job.block.end, facts.size)
+    facts, block = job.facts, job.block
+    end = block.end if facts.size is None else min(block.end, facts.size)
     asked = time.monotonic()
-    async with limit.slot(first=job.lead) as sent_at:
-        run.postpone(sent_at - asked)  # a wait for our turn is not the store failing
-        outcome.sent_at = outcome.progress_at = sent_at
-        remaining = run.remaining_s()
-        deadline = asyncio.timeout(remaining) if remaining is not None else None
-        try:
-            if deadline is not None:
-                async with deadline:
+    if outcome.reached == block.start:
+        block.idle_until = 0.0  # waiting for its turn, nothing received
+    try:
+        async with limit.slot(first=job.lead) as sent_at:
+            block.idle_until = None
+            run.postpone(sent_at - asked)  # a wait for our turn is not the store failing
+            outcome.sent_at = outcome.progress_at = sent_at
+            remaining = run.remaining_s()
+            deadline = asyncio.timeout(remaining) if remaining is not None else None
+            try:
+                if deadline is not None:
+                    async with deadline:
+                        await _request_and_read(job, limit, outcome, end)
+                else:
                     await _request_and_read(job, limit, outcome, end)
-            else:
-                await _request_and_read(job, limit, outcome, end)
-        except TimeoutError:
-            if deadline is not None and deadline.expired():
-                raise run.out_of_time(outcome.reached) from None
-            raise
+            except TimeoutError:
+                if deadline is not None and deadline.expired():
+                    raise run.out_of_time(outcome.reached) from None
+                raise
+    finally:
+        block.idle_until = None
 
 
 async def _request_and_read(job: BlockJob, limit: HostLimit, outcome: _Attempt, end: int) -> None:

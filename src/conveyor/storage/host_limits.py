@@ -63,12 +63,16 @@ def host_limit(
 
 
 def throttled_before(host: str, loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``host`` has throttled a request sent from ``loop``, or one of another
-    process of the job (`shared_throttles`): a store that limits requests is then asked
-    fewer, larger ranges (`conveyor.storage.ranged`). Read from a reader's thread: one
-    look at a counter the loop only ever raises."""
+    """Whether ``host`` has throttled a request sent from ``loop`` (or this process paces
+    it after hearing of one), or one of another process of the job in the last
+    ``HEARD_WITHIN_S`` (`shared_throttles`): a store that limits requests is then asked
+    fewer, larger ranges (`conveyor.storage.ranged`). Read from a reader's thread: a look
+    at values the loop only ever sets."""
     found = _limits.get((id(loop), host))
-    return (found is not None and found.throttles > 0) or last_throttle(host) is not None
+    if found is not None and (found.throttles > 0 or found.pace.rate is not None):
+        return True
+    heard = last_throttle(host)
+    return heard is not None and heard > time.monotonic() - HEARD_WITHIN_S
 
 
 class HostLimit:

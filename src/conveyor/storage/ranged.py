@@ -29,7 +29,9 @@ sibling: `shared_throttles`) limits requests, not bytes: from then on a reader r
 in order asks for up to `BLOCKS_PER_THROTTLED_REQUEST` blocks in one request (one `Block`
 spanning them, under each of their indices), at most half its widest window, and keeps two
 of them in flight; an object's first block goes out alone (no first window before the
-size), the rest once its answer said the size.
+size), the rest once its answer said the size. Single blocks of the window asked for before
+the throttle was heard and not in flight (waiting out a ``Retry-After``, or their turn) are
+asked for again in such requests, no sooner than the store said (`_regroup_throttled`).
 
 `start(after=...)` begins reading at once, for an object opened early (the next shard of
 a consumer, `open_early`): its first block is asked for once ``after`` (the current
@@ -172,16 +174,45 @@ class RangedReader(io.RawIOBase):
                 follower, self._follower = self._follower, None
                 follower._take_turn()  # the link goes on with the next object
         self._drop_outside(first, last)
-        self._request_missing(first, last, final, per_request, early)
+        regrouped = self._regroup_throttled(first, last) if per_request > 1 else None
+        self._request_missing(first, last, final, per_request, early, regrouped)
         if early:
             self._warm(width - early)  # after the first request, which comes first
 
+    def _regroup_throttled(self, first: int, last: int) -> float | None:
+        """Single blocks of the window with no request in flight and nothing received
+        (a start-up burst's window, sent block by block before the throttle was heard, now
+        waiting out a ``Retry-After`` or for its turn at the host's pace) are dropped, to be
+        asked for in larger requests with their neighbours, not one request each; returns
+        the latest time the store said they may be asked (0.0: now), or None if none was
+        dropped. A block is regrouped once at most: the request that replaces it starts a
+        retry budget of its own."""
+        not_before: float | None = None
+        for index in range(max(first, 1), last + 1):  # not the first request: it says the size
+            block = self._blocks.get(index)
+            if block is None or block is self._lead or block.received or block.asked_again:
+                continue
+            until = block.idle_until
+            if until is None or block.end - block.start > self.block_bytes:
+                continue
+            del self._blocks[index]
+            block.cancel()
+            not_before = until if not_before is None else max(not_before, until)
+        return not_before
+
     def _request_missing(
-        self, first: int, last: int, final: int | None, per_request: int, early: int
+        self,
+        first: int,
+        last: int,
+        final: int | None,
+        per_request: int,
+        early: int,
+        regrouped: float | None = None,
     ) -> None:
         """Ask for the blocks of ``first`` .. ``last`` not asked for yet, up to
         ``per_request`` contiguous ones per request; the first ``early`` ones go before the
-        size is known."""
+        size is known; after a regrouping (`_regroup_throttled`), none before
+        ``regrouped``."""
         index = first
         while index <= last:
             if index in self._blocks:
@@ -195,7 +226,7 @@ class RangedReader(io.RawIOBase):
                 through += 1
             if through - index + 1 < per_request and through != final and index > first:
                 return  # ask once a whole request's worth is missing (a block is in flight)
-            block = self._submit(index, through, early=index - first < early)
+            block = self._submit(index, through, early=index - first < early, again=regrouped)
             for covered in range(index, through + 1):
                 self._blocks[covered] = block
             index = through + 1
@@ -232,10 +263,14 @@ class RangedReader(io.RawIOBase):
             warming = self._source.awarm(connections)
             self._warming = asyncio.run_coroutine_threadsafe(warming, self._source.fs.loop)
 
-    def _submit(self, index: int, through: int, early: bool = False) -> Block:
-        """One request for blocks ``index`` .. ``through``."""
+    def _submit(
+        self, index: int, through: int, early: bool = False, again: float | None = None
+    ) -> Block:
+        """One request for blocks ``index`` .. ``through`` (``again``: it asks again for
+        blocks dropped by a regrouping, not before that time)."""
         start, end = self._span(index)[0], self._span(through)[1]
         block = Block(start, end)
+        block.asked_again = again is not None
         job = BlockJob(
             block,
             self._source,
@@ -245,6 +280,7 @@ class RangedReader(io.RawIOBase):
             lead=index == 0,
             gate=self._gate,
             early=early and index != 0,
+            not_before=again or None,
         )
         block.task = asyncio.run_coroutine_threadsafe(fetch_block(job), self._source.fs.loop)
         if index == 0 and self._lead is None:  # (after a seek, the first one stays it)
@@ -264,6 +300,7 @@ class RangedReader(io.RawIOBase):
         elif index and self._position == block.start and not block.complete:
             self._widen()
             self._schedule(index)
+            block = self._blocks[index]  # asked for again with its neighbours, perhaps
         return block
 
     # -- reading

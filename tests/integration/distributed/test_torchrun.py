@@ -19,7 +19,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun(script: str, *args: str, nproc: int = 2, timeout_s: float = 120) -> None:
+def torchrun(
+    script: str, *args: str, nproc: int = 2, timeout_s: float = 120, rdzv_id: str | None = None
+) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -27,6 +29,7 @@ def torchrun(script: str, *args: str, nproc: int = 2, timeout_s: float = 120) ->
         f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1",
         f"--master_port={_free_port()}",
+        *([f"--rdzv-id={rdzv_id}"] if rdzv_id else []),  # the job's TORCHELASTIC_RUN_ID
         str(HERE / script),
         *args,
     ]

@@ -12,10 +12,14 @@ import dataclasses
 import io
 import itertools
 import os
+import time
+from collections.abc import Callable
+from typing import Any
 
-from scripted_source import FAST, ScriptedSource, throttle
+from scripted_source import FAST, Cut, ScriptedSource, throttle
 
 from conveyor.storage import RangedReader
+from conveyor.storage.answers import Answer
 from conveyor.storage.ranged import BLOCKS_PER_THROTTLED_REQUEST
 
 BLOCK = 4096
@@ -82,3 +86,64 @@ def test_a_throttling_host_gets_no_first_window_before_the_size() -> None:
     with RangedReader(source, options, block_bytes=BLOCK) as reader:
         assert reader.read() == DATA
     assert _spans(source)[:2] == [1, 4], _spans(source)
+
+
+class _TimedSource(ScriptedSource):
+    """Records when each request was made (monotonic)."""
+
+    def __init__(self, data: bytes, faults: list[Any]) -> None:
+        super().__init__(data, faults)
+        self.times: list[float] = []
+
+    async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
+        self.times.append(time.monotonic())
+        return await super().arequest(start, end, etag)
+
+
+def _eventually(holds: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not holds():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_blocks_throttled_in_a_burst_are_asked_again_together_after_the_retry_after() -> None:
+    """A window sent block by block before the store's first throttle (the start-up burst
+    of many workers) is not asked again block by block: its blocks waiting out the
+    ``Retry-After`` or for their turn at the pace are asked for with their neighbours in
+    larger requests, no sooner than the store said."""
+    retry_after = 0.3
+    data = DATA[: 24 * BLOCK]
+    source = _TimedSource(data, [None] + [throttle(429, retry_after)] * 3)
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read(100) == data[:100]  # the size is known: blocks 1-3 are asked ...
+        window = [reader._blocks[index] for index in (1, 2, 3)]
+        # ... block 1 is throttled, 2 and 3 wait for their turn at the pace it set
+        assert _eventually(lambda: all(b.idle_until is not None for b in window))
+        burst = len(source.requests) - 1  # blocks 1-3 sent before the throttle was heard
+        throttled_at = source.times[burst]
+        assert reader.read() == data[100:]
+    singles = [(s, s + BLOCK) for s in range(BLOCK, 4 * BLOCK, BLOCK)][:burst]
+    assert 1 <= burst <= 3 and source.requests[: 1 + burst] == [(0, BLOCK), *singles]
+    # then 23 blocks in requests of 4 (6 requests): blocks 1-3 are not asked one by one again
+    groups = {(s, min(s + 4 * BLOCK, len(data))) for s in range(BLOCK, len(data), 4 * BLOCK)}
+    rest = source.requests[1 + burst :]  # the throttles left over fall on some of them
+    assert set(rest) == groups and len(rest) == len(groups) + 3 - burst, source.requests
+    regrouped = source.times[source.requests.index((BLOCK, 5 * BLOCK))]
+    assert regrouped - throttled_at >= retry_after * 0.9  # what the store asked
+
+
+def test_a_block_partly_received_before_a_throttle_is_not_asked_again_whole() -> None:
+    """Only blocks with nothing received are regrouped: one cut mid-body and then throttled
+    resumes from the byte reached (and the bytes read are right)."""
+    data = DATA[: 12 * BLOCK]
+    faults = [None, Cut(BLOCK // 2), throttle(429, 0.05)]
+    source = ScriptedSource(data, faults)
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read() == data
+    resumed = [start for start, _ in source.requests if start % BLOCK]
+    assert resumed and all(start == BLOCK + BLOCK // 2 for start in resumed), source.requests

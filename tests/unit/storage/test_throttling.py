@@ -147,8 +147,9 @@ def test_a_throttling_source_is_read_whole_and_its_host_limit_shrinks() -> None:
         assert reader.read() == DATA
     assert time.monotonic() - started >= 0.05  # waited what was asked
     counted = request_counts() - before
-    # 6 blocks, 3 throttles (the last two blocks may share a request after the throttles)
-    assert counted.throttled == 3 and counted.requests == len(source.requests) in (8, 9)
+    # 6 blocks, 3 throttles: after them blocks share requests (those throttled waiting
+    # to be asked again may be asked together with their neighbours)
+    assert counted.throttled == 3 and counted.requests == len(source.requests) in (7, 8, 9)
     limit = host_limit(source.host, fsspec.asyn.get_loop())
     assert limit.throttles == 3 and limit.limit < limit.most
 
