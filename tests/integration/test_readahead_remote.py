@@ -100,9 +100,11 @@ def test_an_early_objects_whole_window_is_in_before_it_is_used(
         early = open_early(URL, options, BLOCK, remote, after=current)
         assert isinstance(early, RangedReader)
     with early:
-        assert sorted(early._blocks) == list(range(depth))
+        # read_ahead, or the host's learnt width (a first answer 2 round trips late widens it)
+        width = early.depth
+        assert width >= depth and sorted(early._blocks) == list(range(width))
         _wait_for_window(early)
         start = time.perf_counter()
-        window = early.read(depth * BLOCK)
+        window = early.read(width * BLOCK)
         assert time.perf_counter() - start < rtt / 2  # the whole window was already here
-    assert window == blob[: depth * BLOCK]
+    assert window == blob[: width * BLOCK]

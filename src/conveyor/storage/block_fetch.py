@@ -57,6 +57,7 @@ class Block:
         self.error: BaseException | None = None
         self.task: Future[None] | None = None
         self.sent_at: float | None = None  # when its request went out (monotonic clock)
+        self.first_byte_at: float | None = None
         self.finished_at: float | None = None
         # while it has no request in flight and nothing received: the earliest it may be
         # asked (monotonic; 0.0: now, it waits for its turn under the host's limit and pace;
@@ -81,6 +82,8 @@ class Block:
         return self.finished_at - self.sent_at
 
     def publish(self, data: bytes) -> None:
+        if self.first_byte_at is None:
+            self.first_byte_at = time.monotonic()
         self.pieces.append(data)
         self.received += len(data)
         self._notify()

@@ -65,13 +65,14 @@ class RemoteOptions:
     time, and the next shard opened when it is needed). Memory: about ``read_ahead *
     block`` per open object, twice that with the next shard started."""
 
-    read_ahead_max: int = 8
+    read_ahead_max: int = 16
     """How far the window may grow (the memory bound: up to ``read_ahead_max * block`` per
-    open object; at least ``read_ahead``). Within it the window holds what the reader
-    consumes during a block's turnaround (its rate x the time from a request to the block's
-    last byte: a long round trip for the link's bandwidth widens it), and doubles when the
-    reader has to wait for a block already asked for (`conveyor.storage.read_window`). On a
-    fast link it stays near ``read_ahead``."""
+    open object, 128 MiB for shards; at least ``read_ahead``). Within it the window holds
+    what the reader consumes during a block's turnaround (its rate x the time from a
+    request to the block's last byte: a long round trip for the link's bandwidth widens
+    it), and doubles when the reader has to wait for a block already asked for, or when an
+    object's first answer was late on a host not measured yet
+    (`conveyor.storage.read_window`). On a fast link it stays near ``read_ahead``."""
 
     hedge_budget: float = 0.05
     """Requests that hedging may add, as a share of the requests sent (0 turns it off): a

@@ -287,6 +287,13 @@ class RangedReader(io.RawIOBase):
             self._lead = block
         return block
 
+    def _first_answer_came(self, block: Block) -> None:
+        """The first answer's delay says how long the link is before any block finished:
+        a long one widens the first window (`HostWindow.first_answer`)."""
+        if self.max_depth > 1 and block.sent_at is not None and block.first_byte_at is not None:
+            delay = block.first_byte_at - block.sent_at
+            self.depth = self._window.first_answer(delay, self.depth, self._options)
+
     def _widen(self) -> None:
         """The reader reached a block still arriving: keep twice as many in flight."""
         if self.depth < self.max_depth:
@@ -317,6 +324,7 @@ class RangedReader(io.RawIOBase):
         offset = self._position - block.start
         self._wait(block, offset)
         if not self._size_seen and self._facts.size is not None:
+            self._first_answer_came(block)
             self._schedule(index)  # the first answer said the size: the rest of the window
         if block.received <= offset:  # the block ended before: the object ends there
             return b""

@@ -40,9 +40,20 @@ from dataclasses import dataclass
 
 from conveyor.storage.options import RemoteOptions
 
-__all__ = ["HostWindow", "host_window", "read_ahead_floor", "set_read_ahead_floor"]
+__all__ = [
+    "LONG_FIRST_ANSWER_S",
+    "HostWindow",
+    "host_window",
+    "read_ahead_floor",
+    "set_read_ahead_floor",
+]
 
 _SMOOTHING = 0.3  # weight of a new observation in the moving averages
+
+LONG_FIRST_ANSWER_S = 0.15
+"""A first answer this late means a long link (a new connection's handshake and a request
+take two round trips: 2 x 25 ms plus the store's time stays well under it; 2 x 100 ms
+does not)."""
 
 
 @dataclass
@@ -71,6 +82,16 @@ class HostWindow:
         wider = min(2 * depth, max(1, options.widest_read_ahead))
         self.depth = max(self.depth, wider)
         return wider
+
+    def first_answer(self, delay_s: float, depth: int, options: RemoteOptions) -> int:
+        """An object's first answer came ``delay_s`` after its request (a connection's
+        handshake and a round trip, on a new host). Before the host's turnaround is
+        measured, one later than `LONG_FIRST_ANSWER_S` says the link is long: the window the
+        size lets out is twice ``depth`` (remembered for the host), as if the reader had
+        waited for a block, instead of waiting for the first window's blocks to show it."""
+        if self.turnaround_s is not None or delay_s < LONG_FIRST_ANSWER_S:
+            return depth
+        return self.widen(depth, options)
 
     def early_blocks(self, depth: int, block_bytes: int) -> int:
         """How many blocks of a first window go out before the object's size is known."""

@@ -9,7 +9,7 @@ import os
 from scripted_source import FAST, Late, ScriptedSource
 
 from conveyor.storage import RangedReader, RemoteOptions
-from conveyor.storage.read_window import HostWindow, host_window
+from conveyor.storage.read_window import LONG_FIRST_ANSWER_S, HostWindow, host_window
 
 DATA = os.urandom(100_000)
 BLOCK = 10_000
@@ -38,3 +38,31 @@ def test_a_reader_learns_the_turnaround_and_the_rate_and_the_next_one_starts_the
     assert window.demand_bps is not None and window.demand_bps > BLOCK / 0.04
     with RangedReader(source, options, block_bytes=BLOCK) as later:
         assert later.depth == 6  # the reader outran the link: the widest window at once
+
+
+def test_a_late_first_answer_on_a_host_not_measured_yet_widens_the_first_window() -> None:
+    """At 100 ms a new connection's first answer takes 200 ms or more; the window the size
+    lets out is then twice ``read_ahead``, not ``read_ahead`` widened block after block
+    (S7 bytes at 100 ms: 0.74x of the 0 ms rate before, docs/benchmarks.md)."""
+    options = RemoteOptions(read_ahead=4, read_ahead_max=16)
+    window = HostWindow()
+    assert window.first_answer(LONG_FIRST_ANSWER_S / 3, 4, options) == 4  # a short link
+    assert window.first_answer(LONG_FIRST_ANSWER_S * 1.5, 4, options) == 8
+    assert window.depth == 8  # remembered: the host's next objects start there
+    assert HostWindow(depth=16).first_answer(1.0, 16, options) == 16  # within the bound
+    measured = HostWindow(turnaround_s=0.5)  # Little's law sizes it from then on
+    assert measured.first_answer(1.0, 4, options) == 4
+
+
+def _first_window(first_answer: Late | None) -> list[int]:
+    data = DATA[: 40 * 1000]
+    source = ScriptedSource(data, [first_answer])
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=16)
+    with RangedReader(source, options, block_bytes=1000) as reader:
+        assert reader.read(100) == data[:100]  # the size is known: the first window is out
+        return sorted(reader._blocks)
+
+
+def test_a_reader_asks_a_wider_first_window_after_a_late_first_answer() -> None:
+    assert _first_window(Late(LONG_FIRST_ANSWER_S * 1.5)) == list(range(8))
+    assert _first_window(None) == list(range(4))
