@@ -174,31 +174,49 @@ class RangedReader(io.RawIOBase):
                 follower, self._follower = self._follower, None
                 follower._take_turn()  # the link goes on with the next object
         self._drop_outside(first, last)
-        regrouped = self._regroup_throttled(first, last) if per_request > 1 else None
-        self._request_missing(first, last, final, per_request, early, regrouped)
+        dropped, regrouped = (
+            self._regroup_throttled(first, last) if per_request > 1 else (set(), None)
+        )
+        self._request_missing(first, last, final, per_request, early, dropped, regrouped)
         if early:
             self._warm(width - early)  # after the first request, which comes first
 
-    def _regroup_throttled(self, first: int, last: int) -> float | None:
+    def _regroup_throttled(self, first: int, last: int) -> tuple[set[int], float | None]:
         """Single blocks of the window with no request in flight and nothing received
         (a start-up burst's window, sent block by block before the throttle was heard, now
-        waiting out a ``Retry-After`` or for its turn at the host's pace) are dropped, to be
-        asked for in larger requests with their neighbours, not one request each; returns
-        the latest time the store said they may be asked (0.0: now), or None if none was
-        dropped. A block is regrouped once at most: the request that replaces it starts a
-        retry budget of its own."""
+        waiting out a ``Retry-After`` or for their turn at the host's pace) are dropped, to
+        be asked for in larger requests with their neighbours, not one request each: those
+        in a run of at least two such or not yet requested blocks (alone, one is left to
+        its own retry). Returns the indices dropped and the latest time the store said they
+        may be asked (0.0: now; None: none dropped). A block is regrouped once at most: the
+        request that replaces it starts a retry budget of its own."""
+        dropped: set[int] = set()
         not_before: float | None = None
-        for index in range(max(first, 1), last + 1):  # not the first request: it says the size
+        run: list[int] = []
+        for index in range(max(first, 1), last + 2):  # not block 0: its answer says the size
             block = self._blocks.get(index)
-            if block is None or block is self._lead or block.received or block.asked_again:
+            if index <= last and (block is None or self._idle_single(block)):
+                run.append(index)
                 continue
-            until = block.idle_until
-            if until is None or block.end - block.start > self.block_bytes:
-                continue
-            del self._blocks[index]
-            block.cancel()
-            not_before = until if not_before is None else max(not_before, until)
-        return not_before
+            idle = [i for i in run if i in self._blocks]
+            if idle and len(run) >= 2:
+                for i in idle:
+                    block = self._blocks.pop(i)
+                    block.cancel()
+                    dropped.add(i)
+                    not_before = max(not_before or 0.0, block.idle_until or 0.0)
+            run = []
+        return dropped, not_before
+
+    def _idle_single(self, block: Block) -> bool:
+        """One block's request, not in flight, nothing received, not regrouped before."""
+        return (
+            block is not self._lead
+            and not block.received
+            and not block.asked_again
+            and block.idle_until is not None
+            and block.end - block.start <= self.block_bytes
+        )
 
     def _request_missing(
         self,
@@ -207,12 +225,14 @@ class RangedReader(io.RawIOBase):
         final: int | None,
         per_request: int,
         early: int,
+        dropped: set[int] | None = None,
         regrouped: float | None = None,
     ) -> None:
         """Ask for the blocks of ``first`` .. ``last`` not asked for yet, up to
         ``per_request`` contiguous ones per request; the first ``early`` ones go before the
-        size is known; after a regrouping (`_regroup_throttled`), none before
-        ``regrouped``."""
+        size is known; those ``dropped`` by a regrouping (`_regroup_throttled`) at once,
+        in requests not sent before ``regrouped``."""
+        dropped = dropped or set()
         index = first
         while index <= last:
             if index in self._blocks:
@@ -224,9 +244,17 @@ class RangedReader(io.RawIOBase):
                 and through + 1 not in self._blocks
             ):  # fmt: skip
                 through += 1
-            if through - index + 1 < per_request and through != final and index > first:
-                return  # ask once a whole request's worth is missing (a block is in flight)
-            block = self._submit(index, through, early=index - first < early, again=regrouped)
+            asked_before = not dropped.isdisjoint(range(index, through + 1))
+            if (
+                through - index + 1 < per_request and through != final and index > first
+                and not asked_before
+            ):  # fmt: skip
+                if all(i <= through for i in dropped):
+                    return  # ask once a whole request's worth is missing (one is in flight)
+                index = through + 1  # dropped blocks further on are asked for now
+                continue
+            again = regrouped if asked_before else None
+            block = self._submit(index, through, early=index - first < early, again=again)
             for covered in range(index, through + 1):
                 self._blocks[covered] = block
             index = through + 1

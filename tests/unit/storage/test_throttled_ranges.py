@@ -8,6 +8,7 @@ asked block by block, and a seek still reads the right bytes from a shared reque
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import itertools
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scripted_source import FAST, Cut, ScriptedSource, throttle
+from scripted_source import FAST, Cut, Late, ScriptedSource, throttle
 
 from conveyor.storage import RangedReader
 from conveyor.storage.answers import Answer
@@ -147,3 +148,51 @@ def test_a_block_partly_received_before_a_throttle_is_not_asked_again_whole() ->
         assert reader.read() == data
     resumed = [start for start, _ in source.requests if start % BLOCK]
     assert resumed and all(start == BLOCK + BLOCK // 2 for start in resumed), source.requests
+
+
+@dataclasses.dataclass
+class _LateThrottle:
+    seconds: float
+    retry_after: float
+
+
+class _FaultsByRange(_TimedSource):
+    """Each range's first request takes the fault given for its start (None: answered;
+    `_LateThrottle`: a throttle that comes ``seconds`` late)."""
+
+    def __init__(self, data: bytes, by_start: dict[int, Any]) -> None:
+        super().__init__(data, [])
+        self.by_start = dict(by_start)
+
+    async def arequest(self, start: int, end: int, etag: str | None) -> Answer:
+        fault = self.by_start.pop(start, None)
+        if isinstance(fault, _LateThrottle):
+            self.times.append(time.monotonic())
+            self.requests.append((start, end))
+            await asyncio.sleep(fault.seconds)
+            raise throttle(429, fault.retry_after)
+        self.faults = [fault]
+        return await super().arequest(start, end, etag)
+
+
+def test_a_throttled_block_between_blocks_in_flight_waits_out_its_own_retry_after() -> None:
+    """Only runs of two or more blocks are regrouped: block 1 throttled while block 2 is
+    still in flight has no neighbour to share a request with, so it is asked again alone,
+    after the ``Retry-After`` (a regrouping that could not ask for it at once left it
+    unrequested, and the store's wait unheeded, when the reader came to it)."""
+    retry_after = 0.3
+    data = DATA[: 12 * BLOCK]
+    faults = {BLOCK: _LateThrottle(0.2, retry_after), 2 * BLOCK: Late(3.0)}
+    source = _FaultsByRange(data, faults)  # block 2 is asked for before the throttle comes
+    options = dataclasses.replace(FAST, read_ahead=4, read_ahead_max=8)
+    with RangedReader(source, options, block_bytes=BLOCK) as reader:
+        assert reader.read(100) == data[:100]  # blocks 1-3 are asked for
+        one, two = reader._blocks[1], reader._blocks[2]
+        assert _eventually(lambda: one.idle_until is not None)  # throttled, waiting
+        assert two.idle_until is None and not two.complete  # its answer is late
+        reader._schedule(0)  # the window planned from block 0 on (as when the size comes)
+        assert reader._blocks.get(1) is one  # still asked for, by its own retry
+        assert reader.read() == data[100:]
+    asked = [source.times[i] for i, r in enumerate(source.requests) if r[0] == BLOCK]
+    assert [r for r in source.requests if r[0] == BLOCK] == [(BLOCK, 2 * BLOCK)] * 2
+    assert asked[1] - asked[0] >= retry_after * 0.9
