@@ -173,10 +173,12 @@ def test_scarce_shared_memory_is_named_before_the_main_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = _run(wait_ms=20, step_ms=4, busy_ms=5, cpu_ms=5, ready=0.95)
-    scarce = dataclasses.replace(run, shm_note="(the budget of 1 bytes is used up)")
+    note = "the budget (CONVEYOR_SHM_MAX_BYTES) of 1 bytes is used up"  # parentheses kept
+    scarce = dataclasses.replace(run, shm_note=note)
     monkeypatch.delenv(ENV_SHM_MAX_BYTES, raising=False)
     diagnosis = diagnose(scarce, floor_s=0.004, facts=FACTS)
     assert diagnosis.bottleneck == "shared memory"
+    assert f"too scarce for the batches ({note})" in diagnosis.evidence
     assert "--shm-size" in diagnosis.fix.description and not diagnosis.fix.applicable
     monkeypatch.setenv(ENV_SHM_MAX_BYTES, "1")
     capped = diagnose(scarce, floor_s=0.004, facts=FACTS)

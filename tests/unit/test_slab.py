@@ -10,6 +10,7 @@ import dataclasses
 import errno
 import gc
 import os
+import pickle
 import subprocess
 import sys
 from collections import OrderedDict, defaultdict, deque
@@ -450,10 +451,14 @@ def test_wire_stop_while_stalled_raises_worker_stop(make_wire: Callable[..., Wir
 
 def test_wire_scarce_memory_warns_once_and_falls_back(make_wire: Callable[..., Wire]) -> None:
     wire = make_wire(max_shm_bytes=MIB // 8)  # less than one 192 KiB batch
-    with pytest.warns(ShmFallbackWarning, match="--shm-size"):
+    with pytest.warns(ShmFallbackWarning, match="--shm-size") as caught:
         wire.produce(_image_batch(3))
         batch = wire.deliver()
     assert int(batch[0, 0, 0, 0]) == 3 and wire.main.mapped_slabs == 0
+    warning = caught[0].message
+    assert isinstance(warning, ShmFallbackWarning) and f"({warning.note})" in str(warning)
+    copied = pickle.loads(pickle.dumps(warning))  # the test's own data, not a checkpoint's
+    assert (copied.note, str(copied)) == (warning.note, str(warning))
     wire.produce(_image_batch(4))
     assert int(wire.deliver()[0, 0, 0, 0]) == 4  # no second warning (filterwarnings=error)
 

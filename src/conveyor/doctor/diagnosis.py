@@ -202,9 +202,8 @@ def _pin_stage(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosi
 
 def _shared_memory(run: Measurement, floor_s: float, facts: LoaderFacts) -> Diagnosis:
     stats = run.stats
-    note = run.shm_note or ""
     evidence = (
-        f"shared memory is too scarce for the batches ({note.split('(', 1)[-1].split(')')[0]}),"
+        f"shared memory is too scarce for the batches ({run.shm_note}),"
         f" so {stats.bytes_moved / max(1, stats.batches) / 1e6:.1f} MB a batch are pickled "
         "through the worker pipes and copied again in the main process"
     )

@@ -45,7 +45,7 @@ class Measurement:
     loop_cpu_s: float  # of which the training loop's own thread
     cpu_queue_s: float = 0.0  # workers runnable but waiting for a CPU (Linux schedstat)
     idle_cores: float | None = None  # CPUs the whole machine left idle, on average (/proc/stat)
-    shm_note: str | None = None  # why batches were pickled: shared memory too scarce for slabs
+    shm_note: str | None = None  # why batches were pickled (`ShmFallbackWarning.note`)
     # each worker process's private memory (bytes) after the first batch and at the end
     worker_memory: tuple[tuple[int, int], ...] = ()
 
@@ -123,7 +123,7 @@ def measure(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ShmFallbackWarning)
         measured, kept = _measure(loader, step, batches, max_seconds, on_start)
-    notes = [str(w.message) for w in caught if issubclass(w.category, ShmFallbackWarning)]
+    notes = [w.message.note for w in caught if isinstance(w.message, ShmFallbackWarning)]
     for w in caught:  # the user's own warnings go on as they would have
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if notes:

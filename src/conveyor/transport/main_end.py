@@ -58,16 +58,24 @@ SKIP: Any = object()
 """What `MainEnd.decode` returns for a frame that carried no engine message."""
 
 
-class ShmFallbackWarning(UserWarning):
-    """Shared memory is too scarce for slabs; batches are pickled through pipes instead."""
-
-
 _FALLBACK_MESSAGE = (
     "conveyor: too little shared memory for DataLoader batches ({note}). Batches now travel "
     "pickled through the worker pipes: slower, but correct. To fix it, give the process more "
     "shared memory (docker run --shm-size=8g, or a larger /dev/shm), or lower num_workers, "
     "batch_size or prefetch_factor; " + ENV_SHM_MAX_BYTES + " caps conveyor's share."
 )
+
+
+class ShmFallbackWarning(UserWarning):
+    """Shared memory is too scarce for slabs; batches are pickled through pipes instead.
+    ``note`` says why (the worker's words), for the doctor's evidence."""
+
+    def __init__(self, note: str) -> None:
+        super().__init__(_FALLBACK_MESSAGE.format(note=note))
+        self.note = note
+
+    def __reduce__(self) -> tuple[type[ShmFallbackWarning], tuple[str]]:
+        return type(self), (self.note,)
 
 
 class _Releases:
@@ -198,7 +206,7 @@ class MainEnd:
             self._registrations.pop((worker_id, slab_id), None)
         if note is not None and not self._warned:
             self._warned = True
-            warnings.warn(_FALLBACK_MESSAGE.format(note=note), ShmFallbackWarning, stacklevel=2)
+            warnings.warn(ShmFallbackWarning(note), stacklevel=2)
         if stall is not None:
             # The worker waits for a slab: send what was released (once copies from it are
             # done), then let it stop waiting.
